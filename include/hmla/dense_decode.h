@@ -1,0 +1,58 @@
+// Dense MLA decode over a paged bf16/fp16 cache: plan once per decoding step, run once per layer.
+//
+//   size_t bytes = hmla::dense_decode_workspace_bytes(batch, s_q, h_q, h_kv);
+//   // caller allocates `bytes` of device memory once (it is reused for every step)
+//   hmla::DecodeSchedule s = hmla::dense_decode_plan(seqlens, batch, s_q, h_q, h_kv, ws, bytes, stream);
+//   for (layer ...) hmla::dense_decode_run(params, s, stream);
+//
+// plan launches one small kernel that reads cache_seqlens on the device and writes the split of the
+// batch's work over the SMs into the workspace; run only reads it. Neither allocates nor
+// synchronises, so both can be captured in a CUDA graph. The workspace also holds the partial
+// results of split requests, so two runs that share one schedule must not overlap in time.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hmla/params.h"
+
+namespace hmla {
+
+// What dense_decode_plan wrote where; a plain value that can be copied and kept with the workspace.
+struct DecodeSchedule {
+  int batch = 0;
+  int s_q = 0;
+  int h_q = 0;
+  int h_kv = 0;
+  int num_sm_parts = 0;  // persistent CTAs per (kv head, query tile)
+  int num_m_blocks = 0;  // query tiles of 64 rows per kv head
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  // Views into the workspace (device pointers); their layout is internal to hmla.
+  int32_t* tile_metadata = nullptr;  // [num_sm_parts, 8]: each persistent CTA's work range
+  int32_t* num_splits = nullptr;     // [batch]: pieces each request was cut into (1: not split)
+  int32_t* split_base = nullptr;     // [batch]: first partial-result slot of a split request
+  int32_t* split_list = nullptr;     // [1 + num_sm_parts]: count, then the split requests
+  float* lse_accum = nullptr;        // partial LSEs of split requests
+  float* o_accum = nullptr;          // partial outputs of split requests
+};
+
+// Bytes of device workspace for this shape. num_sms 0 means the current device's SM count.
+size_t dense_decode_workspace_bytes(int batch, int s_q, int h_q, int h_kv, int num_sms = 0);
+
+// Writes the schedule for these sequence lengths (device pointer, [batch] int32) into workspace.
+DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_q, int h_q, int h_kv,
+                                 void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                 int num_sms = 0);
+
+// Runs the attention for one layer. params.cache_seqlens must hold the lengths the plan saw.
+void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule,
+                      cudaStream_t stream);
+
+// Checks params alone (shapes, strides, pointers, dtype) and throws hmla::InvalidArgument on the
+// first problem; dense_decode_run calls it. Exposed so callers and tests can validate up front.
+void validate(const DenseDecodeParams& params);
+
+}  // namespace hmla

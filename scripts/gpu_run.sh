@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The GPU job, run on the H200 through the device tool (or by hand on any Hopper machine):
+# build everything, run the gpu tests, a sanitizer subset, and the benchmark; logs and JSON go to
+# $OUT (default ./gpu-out). Usage: scripts/gpu_run.sh [all|tests|bench|sanitize|quick] [bench args...]
+#
+# Device-tool call (from the repo root on the workstation), carrying the pinned headers:
+#   run(command="bash scripts/gpu_run.sh all", carry=[".deps/cutlass-4.2.0.0/cutlass_library/source/include",
+#       ".deps/cutlass-4.2.0.0/cutlass_library/source/tools/util/include", ".deps/googletest"])
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-all}
+shift || true
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PATH="/usr/local/cuda/bin:$PATH"
+# The reference figures travel in .deps/anchors (a copy of ../shared/anchors, which the device
+# tool does not send); hmla-bench finds ../shared/anchors by itself where it exists.
+[ -f .deps/anchors/flashmla-h200.json ] && export HMLA_ANCHORS=${HMLA_ANCHORS:-$PWD/.deps/anchors/flashmla-h200.json}
+status=0
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
+  nvcc --version | tail -n 2
+  cmake --version | head -n 1
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+echo "== build"
+if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build build-gpu -j"$(nproc)"; } > "$OUT/build.log" 2>&1; then
+  tail -n 60 "$OUT/build.log"
+  exit 1
+fi
+echo "build ok"
+
+run_tests() {
+  echo "== gpu tests"
+  timeout "${HMLA_TEST_TIMEOUT:-420}" build-gpu/tests/hmla_gpu_tests --gtest_brief=1 "$@" > "$OUT/gpu_tests.log" 2>&1 || status=1
+  grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/gpu_tests.log" | tail -n 40
+  echo "== cpu tests"
+  build-gpu/tests/hmla_cpu_tests --gtest_brief=1 > "$OUT/cpu_tests.log" 2>&1 || status=1
+  tail -n 3 "$OUT/cpu_tests.log"
+}
+run_sanitizer() {
+  echo "== compute-sanitizer (memcheck, racecheck) on the *Sanitizer* subset"
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/tests/hmla_gpu_tests \
+      --gtest_filter='*Sanitizer*' --gtest_brief=1 > "$OUT/sanitizer_$tool.log" 2>&1 || status=1
+    echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -n 1)"
+  done
+}
+run_bench() {
+  echo "== hmla-bench"
+  timeout "${HMLA_BENCH_TIMEOUT:-420}" build-gpu/tools/hmla-bench/hmla-bench "$@" --json "$OUT/bench.json" > "$OUT/bench.log" 2> "$OUT/bench.err" || status=1
+  cat "$OUT/bench.log"
+  tail -n 5 "$OUT/bench.err"
+}
+
+case "$mode" in
+  all) run_tests; run_sanitizer; run_bench --sweep default --check "$@" ;;
+  tests) run_tests "$@" ;;
+  sanitize) run_sanitizer ;;
+  bench) run_bench "$@" ;;
+  quick) run_tests --gtest_filter='*Sanitizer*:*Device*'; run_bench --sweep quick --check "$@" ;;
+  *) echo "unknown mode '$mode' (all|tests|bench|sanitize|quick)"; exit 2 ;;
+esac
+exit $status

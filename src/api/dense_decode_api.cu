@@ -1,0 +1,110 @@
+// Host side of dense decode: workspace sizing, the plan (scheduler launch) and the run (validation,
+// then dispatch to the kernel for the element type).
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "api/validate.h"
+#include "common/cuda_check.h"
+#include "hmla/dense_decode.h"
+#include "scheduler/decode_schedule.h"
+#include "scheduler/decode_scheduler.h"
+#include "sm90/dense_decode/launch.h"
+
+namespace hmla {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+int current_device_sm_count() {
+  static int cached[kMaxDevices] = {};
+  int device = 0;
+  HMLA_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kMaxDevices && cached[device] > 0) return cached[device];
+  int count = 0;
+  HMLA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  if (device < kMaxDevices) cached[device] = count;
+  return count;
+}
+
+struct ScheduleShape {
+  detail::RowTiling tiling;
+  int num_sm_parts;
+  detail::WorkspaceLayout layout;
+};
+
+ScheduleShape schedule_shape(int batch, int s_q, int h_q, int h_kv, int num_sms) {
+  ScheduleShape shape{};
+  shape.tiling = detail::RowTiling::make(s_q, h_q / h_kv);
+  shape.num_sm_parts = detail::num_sm_parts_for(num_sms, h_kv, shape.tiling.num_m_blocks);
+  shape.layout = detail::WorkspaceLayout::make(batch, shape.num_sm_parts, h_kv, shape.tiling.num_m_blocks, 512);
+  return shape;
+}
+
+void check_schedule_matches(const DenseDecodeParams& p, const DecodeSchedule& s) {
+  const char* where = "hmla::dense_decode_run";
+  auto same = [&](const char* name, int got, int expected) {
+    if (got != expected)
+      throw InvalidArgument(where, name, std::to_string(got),
+                            std::to_string(expected) + " (the value the schedule was planned for)");
+  };
+  if (s.workspace == nullptr || s.tile_metadata == nullptr)
+    throw InvalidArgument(where, "schedule", "an empty schedule", "the result of hmla::dense_decode_plan");
+  same("batch", p.batch, s.batch);
+  same("s_q", p.s_q, s.s_q);
+  same("h_q", p.h_q, s.h_q);
+  same("h_kv", p.h_kv, s.h_kv);
+}
+
+}  // namespace
+
+size_t dense_decode_workspace_bytes(int batch, int s_q, int h_q, int h_kv, int num_sms) {
+  detail::validate_plan_shape("hmla::dense_decode_workspace_bytes", batch, s_q, h_q, h_kv);
+  if (num_sms < 0)
+    throw InvalidArgument("hmla::dense_decode_workspace_bytes", "num_sms", std::to_string(num_sms),
+                          ">= 0 (0: the current device's SM count)");
+  if (num_sms == 0) num_sms = current_device_sm_count();
+  return schedule_shape(batch, s_q, h_q, h_kv, num_sms).layout.total;
+}
+
+DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_q, int h_q, int h_kv,
+                                 void* workspace, size_t workspace_bytes, cudaStream_t stream, int num_sms) {
+  detail::validate_plan_shape("hmla::dense_decode_plan", batch, s_q, h_q, h_kv);
+  if (num_sms < 0)
+    throw InvalidArgument("hmla::dense_decode_plan", "num_sms", std::to_string(num_sms),
+                          ">= 0 (0: the current device's SM count)");
+  if (num_sms == 0) num_sms = current_device_sm_count();
+  const ScheduleShape shape = schedule_shape(batch, s_q, h_q, h_kv, num_sms);
+  detail::validate_plan_args(cache_seqlens, batch, s_q, h_q, h_kv, workspace, workspace_bytes,
+                             shape.layout.total);
+
+  DecodeSchedule s{};
+  s.batch = batch;
+  s.s_q = s_q;
+  s.h_q = h_q;
+  s.h_kv = h_kv;
+  s.num_sm_parts = shape.num_sm_parts;
+  s.num_m_blocks = shape.tiling.num_m_blocks;
+  s.workspace = workspace;
+  s.workspace_bytes = workspace_bytes;
+  char* base = static_cast<char*>(workspace);
+  s.tile_metadata = reinterpret_cast<int32_t*>(base + shape.layout.part_metadata);
+  s.num_splits = reinterpret_cast<int32_t*>(base + shape.layout.req_num_splits);
+  s.split_base = reinterpret_cast<int32_t*>(base + shape.layout.req_split_base);
+  s.split_list = reinterpret_cast<int32_t*>(base + shape.layout.split_list);
+  s.lse_accum = reinterpret_cast<float*>(base + shape.layout.lse_accum);
+  s.o_accum = reinterpret_cast<float*>(base + shape.layout.o_accum);
+  detail::launch_decode_scheduler(cache_seqlens, batch, shape.num_sm_parts, workspace, shape.layout, stream);
+  return s;
+}
+
+void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
+  validate(params);
+  check_schedule_matches(params, schedule);
+  switch (params.dtype) {
+    case DType::kBF16: sm90::dense_decode::launch_bf16(params, schedule, stream); break;
+    case DType::kFP16: sm90::dense_decode::launch_fp16(params, schedule, stream); break;
+  }
+}
+
+}  // namespace hmla

@@ -1,0 +1,33 @@
+// Internal argument checks shared by the dense decode entry points.
+//
+// hmla::validate(const DenseDecodeParams&) (public, hmla/dense_decode.h) checks what dense_decode_run
+// receives; validate_plan_args checks what dense_decode_plan receives. Both throw hmla::InvalidArgument
+// on the first problem. The full list of checks is in docs/API.md ("Validation"); keep the two in step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hmla::detail {
+
+// Entry point names that appear at the start of every message.
+inline constexpr const char* kDenseDecodeWhere = "hmla::dense_decode";
+inline constexpr const char* kDenseDecodePlanWhere = "hmla::dense_decode_plan";
+
+// Shape limits of the dense decode kernels.
+inline constexpr int kMaxSeqQ = 16;     // s_q (1 + speculative tokens)
+inline constexpr int kMaxHeadsQ = 128;  // h_q
+inline constexpr int kDenseDQK = 576;
+inline constexpr int kDenseDV = 512;
+
+// Checks the arguments of dense_decode_plan: cache_seqlens, the shape (as validate_plan_shape), then
+// the workspace. required_bytes is dense_decode_workspace_bytes for the same shape.
+void validate_plan_args(const int32_t* cache_seqlens, int batch, int s_q, int h_q, int h_kv,
+                        const void* workspace, size_t workspace_bytes, size_t required_bytes);
+
+// The shape checks alone (batch >= 1, s_q in [1, 16], h_q in [1, 128], h_kv >= 1 dividing h_q),
+// for code that needs a valid shape before it can compute required_bytes (the workspace size).
+// `where` names the entry point in the message.
+void validate_plan_shape(const char* where, int batch, int s_q, int h_q, int h_kv);
+
+}  // namespace hmla::detail

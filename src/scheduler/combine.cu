@@ -1,0 +1,107 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "common/cuda_check.h"
+#include "common/device_primitives.cuh"
+#include "scheduler/decode_scheduler.h"
+
+namespace hmla::detail {
+namespace {
+
+constexpr int kCombineWarps = 4;  // one query row per warp, so small batches still spread wide
+constexpr int kMaxDv = 512;
+
+template <typename Element>
+__device__ __forceinline__ void store4(Element* dst, float a, float b, float c, float d);
+template <>
+__device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16* dst, float a, float b, float c, float d) {
+  __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+  uint2 v{*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
+  *reinterpret_cast<uint2*>(dst) = v;
+}
+template <>
+__device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, float c, float d) {
+  __half2 lo = __floats2half2_rn(a, b), hi = __floats2half2_rn(c, d);
+  uint2 v{*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
+  *reinterpret_cast<uint2*>(dst) = v;
+}
+
+// Grid: (split request slot, kv head, query tile x row group). One warp per query row: the lanes
+// reduce the pieces' LSEs, then each lane merges 4-float columns so the loads stay coalesced.
+template <typename Element>
+__global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombineParams p) {
+  dev::pdl_wait_for_prerequisites();
+  const int count = p.split_list[0];
+  if (static_cast<int>(blockIdx.x) >= count) return;
+  const int req = p.split_list[1 + blockIdx.x];
+  const int kv = blockIdx.y;
+  constexpr int kRowGroups = kTileRows / kCombineWarps;
+  const int m = blockIdx.z / kRowGroups;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = (blockIdx.z % kRowGroups) * kCombineWarps + warp;
+  int token, head_in_kv;
+  if (!p.tiling.row(m, r, token, head_in_kv)) return;
+
+  const int n = p.req_num_splits[req];
+  const int base = p.req_split_base[req];
+  const size_t rows_per_slot = static_cast<size_t>(p.h_kv) * p.tiling.num_m_blocks * kTileRows;
+  const size_t row = (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * kTileRows + r;
+  const float* lse_of = p.lse_accum + static_cast<size_t>(base) * rows_per_slot + row;
+
+  float max_lse = -INFINITY;
+  for (int s = lane; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * rows_per_slot]);
+  for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
+  float sum = 0.f;
+  if (max_lse != -INFINITY) {
+    for (int s = lane; s < n; s += 32) sum += __expf(lse_of[s * rows_per_slot] - max_lse);
+  }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  // A piece with no visible key has LSE -inf; a row with none in any piece gets out 0, LSE +inf.
+  const float lse = sum > 0.f ? max_lse + logf(sum) : INFINITY;
+
+  float acc[kMaxDv / 128][4] = {};
+  if (sum > 0.f) {
+    const float* src = p.o_accum + (static_cast<size_t>(base) * rows_per_slot + row) * p.d_v + lane * 4;
+    const size_t slot_stride = rows_per_slot * p.d_v;
+#pragma unroll 4
+    for (int s = 0; s < n; ++s) {
+      const float w = __expf(lse_of[s * rows_per_slot] - lse);  // exp(-inf) = 0 for empty pieces
+#pragma unroll
+      for (int q = 0; q < kMaxDv / 128; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(src + s * slot_stride + q * 128);
+        acc[q][0] += w * v.x; acc[q][1] += w * v.y; acc[q][2] += w * v.z; acc[q][3] += w * v.w;
+      }
+    }
+  }
+  const int head = kv * p.tiling.heads_per_kv + head_in_kv;
+  Element* dst = static_cast<Element*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
+                 head * p.out_head_stride;
+#pragma unroll
+  for (int q = 0; q < kMaxDv / 128; ++q)
+    store4<Element>(dst + q * 128 + lane * 4, acc[q][0], acc[q][1], acc[q][2], acc[q][3]);
+  if (lane == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
+}
+
+}  // namespace
+
+template <typename Element>
+void launch_combine(const CombineParams& params, cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(params.num_sm_parts, params.h_kv, params.tiling.num_m_blocks * (kTileRows / kCombineWarps));
+  config.blockDim = dim3(kCombineWarps * 32);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  HMLA_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<Element>, params));
+}
+
+template void launch_combine<__nv_bfloat16>(const CombineParams&, cudaStream_t);
+template void launch_combine<__half>(const CombineParams&, cudaStream_t);
+
+}  // namespace hmla::detail

@@ -1,0 +1,103 @@
+// The work partition shared by every decode kernel: how the plan kernel lays out the workspace,
+// how a persistent CTA reads its range of (request, block) work, and how query rows map to tiles.
+//
+// Work unit: one block of kBlockN = 64 cached tokens of one request (an empty request counts as one
+// unit, so exactly one CTA writes its "no key" output). Each of num_sm_parts CTAs per (kv head,
+// query tile) takes a contiguous range of units in request order; a request cut by a range boundary
+// is "split" and its pieces are merged by the combine kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hmla::detail {
+
+constexpr int kBlockN = 64;          // cached tokens per work unit (one K tile)
+constexpr int kTileRows = 64;        // query rows per CTA tile (one wgmma M)
+constexpr int kSplitOverheadUnits = 5;  // cost of starting one more piece, in units of kBlockN tokens
+
+struct PartMetadata {
+  int32_t begin_req;        // first request (== batch: no work)
+  int32_t begin_unit;       // first unit inside begin_req
+  int32_t end_req;          // last request (inclusive)
+  int32_t end_unit;         // one past the last unit inside end_req
+  int32_t begin_split_idx;  // which piece of begin_req this part computes
+  int32_t pad[3];
+};
+static_assert(sizeof(PartMetadata) == 32, "PartMetadata is 8 ints");
+
+// Query rows of one kv head ([s_q][heads_per_kv]) cut into tiles of at most 64 rows, a tile being
+// a box of `tokens_per_tile` consecutive query tokens x `heads_per_tile` consecutive heads, so that
+// one TMA box loads it. Row r of tile m is token t0 + r / heads_per_tile, head hh0 + r % heads_per_tile.
+struct RowTiling {
+  int s_q;
+  int heads_per_kv;
+  int heads_per_tile;     // min(heads_per_kv, 64)
+  int tokens_per_tile;    // 64 / heads_per_kv (capped by s_q) when heads_per_kv <= 64, else 1
+  int head_tiles;         // ceil(heads_per_kv / 64): 1 or 2
+  int num_m_blocks;       // head_tiles * ceil(s_q / tokens_per_tile)
+
+  static RowTiling make(int s_q, int heads_per_kv) {
+    RowTiling t{};
+    t.s_q = s_q;
+    t.heads_per_kv = heads_per_kv;
+    t.heads_per_tile = heads_per_kv < kTileRows ? heads_per_kv : kTileRows;
+    t.head_tiles = (heads_per_kv + kTileRows - 1) / kTileRows;
+    int tokens = heads_per_kv <= kTileRows ? kTileRows / heads_per_kv : 1;
+    t.tokens_per_tile = tokens < s_q ? tokens : s_q;
+    t.num_m_blocks = t.head_tiles * ((s_q + t.tokens_per_tile - 1) / t.tokens_per_tile);
+    return t;
+  }
+#if defined(__CUDACC__)
+  __host__ __device__
+#endif
+  int first_token(int m) const { return (m / head_tiles) * tokens_per_tile; }
+#if defined(__CUDACC__)
+  __host__ __device__
+#endif
+  int first_head(int m) const { return (m % head_tiles) * kTileRows; }
+  // Returns false for padding rows of the tile.
+#if defined(__CUDACC__)
+  __host__ __device__
+#endif
+  bool row(int m, int r, int& token, int& head_in_kv) const {
+    token = first_token(m) + r / heads_per_tile;
+    head_in_kv = first_head(m) + r % heads_per_tile;
+    return r < heads_per_tile * tokens_per_tile && token < s_q && head_in_kv < heads_per_kv;
+  }
+};
+
+// Where the plan puts things inside the caller's workspace (all offsets 256-byte aligned).
+struct WorkspaceLayout {
+  size_t part_metadata;       // PartMetadata[num_sm_parts]
+  size_t req_num_splits;      // int32[batch]: pieces of each request (1: not split)
+  size_t req_split_base;      // int32[batch]: first accumulator slot of a split request
+  size_t split_list;          // int32[1 + num_sm_parts]: count, then the split requests
+  size_t lse_accum;           // float[2 * num_sm_parts][h_kv][num_m_blocks * 64]
+  size_t o_accum;             // float[2 * num_sm_parts][h_kv][num_m_blocks * 64][d_v]
+  size_t total;
+
+  static size_t align(size_t x) { return (x + 255) / 256 * 256; }
+  static WorkspaceLayout make(int batch, int num_sm_parts, int h_kv, int num_m_blocks, int d_v) {
+    WorkspaceLayout w{};
+    size_t at = 0;
+    w.part_metadata = at;  at = align(at + sizeof(PartMetadata) * num_sm_parts);
+    w.req_num_splits = at; at = align(at + sizeof(int32_t) * batch);
+    w.req_split_base = at; at = align(at + sizeof(int32_t) * batch);
+    w.split_list = at;     at = align(at + sizeof(int32_t) * (1 + num_sm_parts));
+    const size_t slots = 2 * static_cast<size_t>(num_sm_parts);  // at most 2 pieces per part
+    const size_t rows = static_cast<size_t>(h_kv) * num_m_blocks * kTileRows;
+    w.lse_accum = at;      at = align(at + sizeof(float) * slots * rows);
+    w.o_accum = at;        at = align(at + sizeof(float) * slots * rows * d_v);
+    w.total = at;
+    return w;
+  }
+};
+
+// Persistent CTAs per (kv head, query tile), so that all of them together fill the GPU once.
+inline int num_sm_parts_for(int num_sms, int h_kv, int num_m_blocks) {
+  int parts = num_sms / (h_kv * num_m_blocks);
+  return parts > 0 ? parts : 1;
+}
+
+}  // namespace hmla::detail

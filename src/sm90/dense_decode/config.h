@@ -1,0 +1,73 @@
+// Tile shapes, warp roles and shared-memory plan of the sm90 dense decode kernel (docs/DENSE_DECODE.md).
+//
+// One CTA = one (work range, kv head, query tile of 64 rows). Warpgroup 0 is the producer: one
+// thread issues TMA loads of Q (once per request) and of 64-token K tiles (two stages). Warpgroups
+// 1 and 2 are consumers: each computes S for 32 of the tile's 64 tokens, the two exchange row
+// maxima through shared memory, each writes its half of P, and each accumulates its half (256
+// columns) of O = P V with V read from the same shared-memory K tile.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/arch/mma_sm90.hpp>
+
+#include <cstdint>
+
+namespace hmla::sm90::dense_decode {
+
+using namespace cute;
+
+template <typename Element_>
+struct Config {
+  using Element = Element_;  // cute::bfloat16_t or cute::half_t
+  static constexpr int kBlockM = 64;     // query rows per tile (one wgmma M)
+  static constexpr int kBlockN = 64;     // cached tokens per K tile
+  static constexpr int kHeadDim = 576;   // d_qk
+  static constexpr int kHeadDimV = 512;  // d_v: the first 512 columns of K
+  static constexpr int kChunkCols = 64;  // 128-byte swizzle span = one TMA box width
+  static constexpr int kChunks = kHeadDim / kChunkCols;
+  static constexpr int kStages = 2;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  // [chunk of 64 columns][row][64 columns, swizzled]: exactly what a TMA box of 64 x rows writes.
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutP = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  // V^T as a view of the K tile: (d_v, token), token-contiguous inside each 64-column chunk,
+  // which wgmma reads as an MN-major B operand.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutK{}, make_layout(Shape<Int<kHeadDimV>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
+
+  // S = Q K^T: each consumer warpgroup owns 32 of the 64 token columns.
+  using MmaS = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, Int<kBlockN / 2>, Int<kHeadDim>>>(),
+      Layout<Shape<_1, Int<kConsumerWarpgroups>, _1>>{}));
+  // O += P V: each consumer warpgroup owns 256 of the 512 output columns.
+  using MmaO = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float,
+                           Shape<Int<kBlockM>, Int<kHeadDimV / kConsumerWarpgroups>, Int<kBlockN>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      Layout<Shape<_1, Int<kConsumerWarpgroups>, _1>>{}));
+
+  struct SharedStorage {
+    alignas(1024) Element q[kBlockM * kHeadDim];
+    alignas(1024) Element k[kStages][kBlockN * kHeadDim];
+    alignas(1024) Element p[kBlockM * kBlockN];
+    float row_max[kConsumerWarpgroups][kBlockM];
+    float row_sum[kConsumerWarpgroups][kBlockM];
+    uint64_t q_full;
+    uint64_t q_empty;
+    uint64_t k_full[kStages];
+    uint64_t k_empty[kStages];
+  };
+  // The dynamic shared-memory base is only 16-byte aligned; the kernel rounds it up to 1024.
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory plan exceeds the 227 KB per CTA of sm_90");
+};
+
+}  // namespace hmla::sm90::dense_decode

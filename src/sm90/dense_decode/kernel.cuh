@@ -1,0 +1,477 @@
+// The sm90 dense decode kernel and its launcher. Included only by the instantiation files, one
+// per element type, so the two element types compile in parallel.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "common/cuda_check.h"
+#include "common/device_primitives.cuh"
+#include "common/tensor_map.h"
+#include "scheduler/decode_schedule.h"
+#include "scheduler/decode_scheduler.h"
+#include "sm90/dense_decode/config.h"
+#include "sm90/dense_decode/launch.h"
+
+namespace hmla::sm90::dense_decode {
+
+struct KernelParams {
+  int batch;
+  int s_q;
+  int h_kv;
+  int page_size;
+  bool causal;
+  float scale_log2;  // softmax_scale * log2(e): scores are exponentiated with exp2
+  detail::RowTiling tiling;
+  const int32_t* seqlens;
+  const int32_t* block_table;
+  int64_t block_table_batch_stride;
+  const detail::PartMetadata* parts;
+  const int32_t* req_num_splits;
+  const int32_t* req_split_base;
+  float* lse_accum;
+  float* o_accum;
+  void* out;
+  int64_t out_batch_stride, out_token_stride, out_head_stride;
+  float* lse;
+  int64_t lse_batch_stride, lse_head_stride;
+};
+
+template <typename Element>
+struct NativeOf;
+template <>
+struct NativeOf<cute::bfloat16_t> {
+  using type = __nv_bfloat16;
+  using pair = __nv_bfloat162;
+  static __device__ __forceinline__ pair make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <>
+struct NativeOf<cute::half_t> {
+  using type = __half;
+  using pair = __half2;
+  static __device__ __forceinline__ pair make(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+__device__ __forceinline__ int units_of(int seqlen) {
+  const int blocks = (seqlen + detail::kBlockN - 1) / detail::kBlockN;
+  return blocks > 0 ? blocks : 1;
+}
+
+// Element i of a thread's wgmma accumulator fragment (64 x N tile of one warpgroup) sits at row
+// 16 * warp + lane / 4 + 8 * ((i / 2) % 2) and column 8 * (i / 4) + 2 * (lane % 4) + i % 2.
+__device__ __forceinline__ int frag_row(int i, int warp_in_wg, int lane) {
+  return 16 * warp_in_wg + lane / 4 + 8 * ((i / 2) % 2);
+}
+__device__ __forceinline__ int frag_col(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
+
+template <typename Cfg>
+__device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
+                                              const CUtensorMap* q_map, const CUtensorMap* k_map,
+                                              const detail::PartMetadata& meta, int kv, int m) {
+  constexpr int kChunkElems = Cfg::kBlockN * Cfg::kChunkCols;
+  const int rows_per_box = p.page_size < Cfg::kBlockN ? p.page_size : Cfg::kBlockN;
+  const uint32_t box_bytes = static_cast<uint32_t>(rows_per_box) * Cfg::kChunkCols * 2;
+  const uint32_t q_bytes =
+      static_cast<uint32_t>(p.tiling.heads_per_tile * p.tiling.tokens_per_tile) * Cfg::kChunkCols * 2 * Cfg::kChunks;
+  const int t0 = p.tiling.first_token(m), hh0 = p.tiling.first_head(m);
+  int stage = 0;
+  uint32_t phase = 0, q_phase = 0;
+  for (int req = meta.begin_req; req <= meta.end_req; ++req) {
+    const int seqlen = p.seqlens[req];
+    if (seqlen <= 0) continue;
+    const int u0 = req == meta.begin_req ? meta.begin_unit : 0;
+    const int u1 = req == meta.end_req ? meta.end_unit : units_of(seqlen);
+    const int32_t* table = p.block_table + req * p.block_table_batch_stride;
+
+    dev::mbar_wait(&smem.q_empty, q_phase ^ 1);
+    dev::mbar_arrive_expect_tx(&smem.q_full, q_bytes);
+#pragma unroll
+    for (int c = 0; c < Cfg::kChunks; ++c)
+      dev::tma_load_5d(smem.q + c * kChunkElems, q_map, &smem.q_full, c * Cfg::kChunkCols, hh0, kv, t0, req);
+    q_phase ^= 1;
+
+    for (int u = u0; u < u1; ++u) {
+      dev::mbar_wait(&smem.k_empty[stage], phase ^ 1);
+      const int token0 = u * Cfg::kBlockN;
+      const int valid = min(Cfg::kBlockN, seqlen - token0);
+      // Only pages that hold tokens of this request are read; block-table entries past the
+      // request's length are never looked at.
+      const int boxes = (valid + rows_per_box - 1) / rows_per_box;
+      dev::mbar_arrive_expect_tx(&smem.k_full[stage], box_bytes * boxes * Cfg::kChunks);
+      for (int b = 0; b < boxes; ++b) {
+        const int token = token0 + b * rows_per_box;
+        const int page = table[token / p.page_size];
+        const int row = token % p.page_size;
+        typename Cfg::Element* dst = smem.k[stage] + b * rows_per_box * Cfg::kChunkCols;
+#pragma unroll
+        for (int c = 0; c < Cfg::kChunks; ++c)
+          dev::tma_load_4d(dst + c * kChunkElems, k_map, &smem.k_full[stage], c * Cfg::kChunkCols, kv, row, page);
+      }
+      if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
+    }
+  }
+}
+
+template <typename Cfg>
+__device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
+                                              const detail::PartMetadata& meta, int kv, int m) {
+  using namespace cute;
+  using Element = typename Cfg::Element;
+  using Native = NativeOf<Element>;
+  const int ctid = threadIdx.x - 128;  // 0..255 over both consumer warpgroups
+  const int wg = ctid / 128;           // which half of the tokens (S) and of the columns (O)
+  const int warp_in_wg = (ctid % 128) / 32;
+  const int lane = threadIdx.x % 32;
+  const float kLn2 = 0.69314718055994530942f;
+
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemLayoutQ{});
+  Tensor sP = make_tensor(make_smem_ptr(smem.p), typename Cfg::SmemLayoutP{});
+  typename Cfg::MmaS mma_s;
+  typename Cfg::MmaO mma_o;
+  auto thr_s = mma_s.get_thread_slice(ctid);
+  auto thr_o = mma_o.get_thread_slice(ctid);
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);
+  Tensor tOrP = thr_o.partition_fragment_A(sP);
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<Cfg::kBlockM>, Int<Cfg::kBlockN>>{});
+  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDimV>>{});
+  static_assert(decltype(size(tSrS))::value == 16, "S fragment: 64 x 32 per warpgroup");
+  static_assert(decltype(size(tOrO))::value == 128, "O fragment: 64 x 256 per warpgroup");
+
+  // The two rows this thread holds in every accumulator, and their query token.
+  int rows[2], row_token[2], row_head[2];
+  bool row_valid[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    rows[h] = frag_row(2 * h, warp_in_wg, lane);
+    row_valid[h] = p.tiling.row(m, rows[h], row_token[h], row_head[h]);
+  }
+  const int tile_first_token = p.tiling.first_token(m);
+  const int col_base_s = wg * (Cfg::kBlockN / 2);
+  const int col_base_o = wg * (Cfg::kHeadDimV / 2);
+
+  int stage = 0;
+  uint32_t phase = 0, q_phase = 0;
+  for (int req = meta.begin_req; req <= meta.end_req; ++req) {
+    const int seqlen = p.seqlens[req];
+    const bool split = p.req_num_splits[req] > 1;
+    const int split_idx = req == meta.begin_req ? meta.begin_split_idx : 0;
+    const int u0 = req == meta.begin_req ? meta.begin_unit : 0;
+    const int u1 = req == meta.end_req ? meta.end_unit : units_of(seqlen);
+
+    // Keys visible to each of this thread's rows (causal: query i sees s_k - s_q + i + 1 keys).
+    int limit[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) limit[h] = p.causal ? seqlen - p.s_q + row_token[h] + 1 : seqlen;
+    const int mask_from = p.causal ? seqlen - p.s_q + tile_first_token + 1 : seqlen;
+
+    float row_m[2] = {-INFINITY, -INFINITY};  // running max of scaled scores (log2 domain)
+    float row_l[2] = {0.f, 0.f};              // running sum of this warpgroup's P columns
+    clear(tOrO);
+
+    if (seqlen > 0) {
+      dev::mbar_wait(&smem.q_full, q_phase);
+      q_phase ^= 1;
+      for (int u = u0; u < u1; ++u) {
+        dev::mbar_wait(&smem.k_full[stage], phase);
+        Tensor sK = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutK{});
+        Tensor sVt = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutVt{});
+        Tensor tSrK = thr_s.partition_fragment_B(sK);
+        Tensor tOrV = thr_o.partition_fragment_B(sVt);
+
+        // S = Q K^T over d_qk = 576.
+        warpgroup_fence_operand(tSrS);
+        warpgroup_arrive();
+        mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(tSrQ); ++k) {
+          gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
+          mma_s.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+
+        const int token0 = u * Cfg::kBlockN;
+        const int valid = min(Cfg::kBlockN, seqlen - token0);
+        if (token0 + Cfg::kBlockN > mask_from) {
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); ++i) {
+            const int key = token0 + col_base_s + frag_col(i, lane);
+            if (key >= limit[(i / 2) % 2]) tSrS(i) = -INFINITY;
+          }
+        }
+        // Row maxima over this warpgroup's 32 columns, then over both warpgroups.
+        float block_max[2] = {-INFINITY, -INFINITY};
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) block_max[(i / 2) % 2] = fmaxf(block_max[(i / 2) % 2], tSrS(i));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
+          block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
+          if (lane % 4 == 0) smem.row_max[wg][rows[h]] = block_max[h];
+        }
+        dev::named_barrier_sync(1, Cfg::kConsumerThreads);
+        float base[2], correction[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float both = fmaxf(block_max[h], smem.row_max[wg ^ 1][rows[h]]);
+          const float new_m = fmaxf(row_m[h], both * p.scale_log2);
+          base[h] = new_m == -INFINITY ? 0.f : new_m;  // a row with no key yet keeps P = 0
+          correction[h] = exp2f(row_m[h] - base[h]);
+          row_m[h] = new_m;
+          row_l[h] *= correction[h];
+        }
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          const int h = (i / 2) % 2;
+          tSrS(i) = exp2f(tSrS(i) * p.scale_log2 - base[h]);
+          row_l[h] += tSrS(i);
+        }
+        CUTE_UNROLL
+        for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= correction[(i / 2) % 2];
+
+        // Rows of the tile past the request's end hold stale or unused cache data (NaN in
+        // tests): P is 0 there, but 0 * NaN is NaN, so this warpgroup's V columns are zeroed.
+        if (valid < Cfg::kBlockN) {
+          constexpr int kChunkElems = Cfg::kBlockN * Cfg::kChunkCols;
+          const int first_chunk = col_base_o / Cfg::kChunkCols;
+          const int bytes_per_chunk = (Cfg::kBlockN - valid) * Cfg::kChunkCols * 2;
+          for (int c = 0; c < (Cfg::kHeadDimV / 2) / Cfg::kChunkCols; ++c) {
+            char* start = reinterpret_cast<char*>(smem.k[stage] + (first_chunk + c) * kChunkElems +
+                                                  valid * Cfg::kChunkCols);
+            for (int off = (ctid % 128) * 16; off < bytes_per_chunk; off += 128 * 16)
+              *reinterpret_cast<uint4*>(start + off) = make_uint4(0, 0, 0, 0);
+          }
+        }
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); i += 2) {
+          auto pair = Native::make(tSrS(i), tSrS(i + 1));
+          const int r = frag_row(i, warp_in_wg, lane), c = col_base_s + frag_col(i, lane);
+          *reinterpret_cast<typename Native::pair*>(&sP(r, c)) = pair;
+        }
+        dev::fence_proxy_async_smem();
+        dev::named_barrier_sync(1, Cfg::kConsumerThreads);
+
+        // O += P V over the 64 tokens of the tile.
+        warpgroup_fence_operand(tOrO);
+        warpgroup_arrive();
+        mma_o.accumulate_ = GMMA::ScaleOut::One;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(tOrP); ++k) gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrO);
+
+        dev::mbar_arrive(&smem.k_empty[stage]);
+        if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
+      }
+      dev::mbar_arrive(&smem.q_empty);
+    }
+
+    // Row sums over both warpgroups' columns.
+    float total[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_l[h] += __shfl_xor_sync(0xffffffffu, row_l[h], 1);
+      row_l[h] += __shfl_xor_sync(0xffffffffu, row_l[h], 2);
+      if (lane % 4 == 0) smem.row_sum[wg][rows[h]] = row_l[h];
+    }
+    dev::named_barrier_sync(2, Cfg::kConsumerThreads);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) total[h] = row_l[h] + smem.row_sum[wg ^ 1][rows[h]];
+    // Keeps the next request's row_sum writes behind this request's reads.
+    dev::named_barrier_sync(2, Cfg::kConsumerThreads);
+
+    float inv[2], lse[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const bool any = total[h] > 0.f;
+      inv[h] = any ? 1.f / total[h] : 0.f;
+      // Natural-log LSE of the scaled scores; a piece with no key is -inf for the combine,
+      // a whole request with no key is +inf by the contract.
+      lse[h] = any ? row_m[h] * kLn2 + logf(total[h]) : (split ? -INFINITY : INFINITY);
+    }
+
+    if (split) {
+      const int slot = p.req_split_base[req] + split_idx;
+      const size_t rows_per_slot = static_cast<size_t>(p.h_kv) * p.tiling.num_m_blocks * detail::kTileRows;
+      const size_t row0 = static_cast<size_t>(slot) * rows_per_slot +
+                          (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * detail::kTileRows;
+      CUTE_UNROLL
+      for (int i = 0; i < size(tOrO); i += 2) {
+        const int h = (i / 2) % 2;
+        if (!row_valid[h]) continue;
+        float2 v = make_float2(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
+        *reinterpret_cast<float2*>(p.o_accum + (row0 + rows[h]) * Cfg::kHeadDimV + col_base_o + frag_col(i, lane)) = v;
+      }
+      if (wg == 0 && lane % 4 == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (row_valid[h]) p.lse_accum[row0 + rows[h]] = lse[h];
+      }
+    } else {
+      typename Native::type* out_rows[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int head = kv * p.tiling.heads_per_kv + row_head[h];
+        out_rows[h] = static_cast<typename Native::type*>(p.out) + req * p.out_batch_stride +
+                      row_token[h] * p.out_token_stride + head * p.out_head_stride + col_base_o;
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < size(tOrO); i += 2) {
+        const int h = (i / 2) % 2;
+        if (!row_valid[h]) continue;
+        *reinterpret_cast<typename Native::pair*>(out_rows[h] + frag_col(i, lane)) =
+            Native::make(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
+      }
+      if (wg == 0 && lane % 4 == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (!row_valid[h]) continue;
+          const int head = kv * p.tiling.heads_per_kv + row_head[h];
+          p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + row_token[h]] = lse[h];
+        }
+      }
+    }
+  }
+}
+
+template <typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    dense_decode_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                        const KernelParams p) {
+  extern __shared__ char smem_raw[];
+  auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const int part = blockIdx.x, kv = blockIdx.y, m = blockIdx.z;
+  const int warpgroup = threadIdx.x / 128;
+
+  // The combine kernel may start its launch now; it waits for this grid's completion itself.
+  dev::pdl_launch_dependents();
+
+  if (threadIdx.x == 0) {
+    dev::tma_prefetch_descriptor(&q_map);
+    dev::tma_prefetch_descriptor(&k_map);
+    dev::mbar_init(&smem.q_full, 1);
+    dev::mbar_init(&smem.q_empty, Cfg::kConsumerThreads);
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      dev::mbar_init(&smem.k_full[s], 1);
+      dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
+    }
+    dev::fence_barrier_init();
+  }
+  // Query rows that no TMA box covers stay zero, so padding rows compute on zeros, not on
+  // whatever the shared memory held before.
+  const int box_rows = p.tiling.heads_per_tile * p.tiling.tokens_per_tile;
+  if (box_rows < Cfg::kBlockM) {
+    for (int c = 0; c < Cfg::kChunks; ++c) {
+      char* start = reinterpret_cast<char*>(smem.q + c * Cfg::kBlockM * Cfg::kChunkCols + box_rows * Cfg::kChunkCols);
+      const int bytes = (Cfg::kBlockM - box_rows) * Cfg::kChunkCols * 2;
+      for (int off = threadIdx.x * 16; off < bytes; off += Cfg::kThreads * 16)
+        *reinterpret_cast<uint4*>(start + off) = make_uint4(0, 0, 0, 0);
+    }
+    dev::fence_proxy_async_smem();
+  }
+  __syncthreads();
+
+  const detail::PartMetadata meta = p.parts[part];
+  if (meta.begin_req >= p.batch) return;
+
+  if (warpgroup == 0) {
+    dev::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    if (threadIdx.x == 0) producer_loop<Cfg>(smem, p, &q_map, &k_map, meta, kv, m);
+  } else {
+    dev::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
+    consumer_loop<Cfg>(smem, p, meta, kv, m);
+  }
+}
+
+template <typename Element>
+void launch(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
+  using Cfg = Config<Element>;
+  using Native = typename NativeOf<Element>::type;
+  const int heads_per_kv = params.h_q / params.h_kv;
+  const detail::RowTiling tiling = detail::RowTiling::make(params.s_q, heads_per_kv);
+
+  // Q as [batch][s_q][h_kv][heads_per_kv][576] so that one box is a tile of query rows.
+  const uint64_t q_dims[5] = {static_cast<uint64_t>(Cfg::kHeadDim), static_cast<uint64_t>(heads_per_kv),
+                              static_cast<uint64_t>(params.h_kv), static_cast<uint64_t>(params.s_q),
+                              static_cast<uint64_t>(params.batch)};
+  const uint64_t q_strides[4] = {static_cast<uint64_t>(params.q_head_stride) * 2,
+                                 static_cast<uint64_t>(params.q_head_stride) * heads_per_kv * 2,
+                                 static_cast<uint64_t>(params.q_token_stride) * 2,
+                                 static_cast<uint64_t>(params.q_batch_stride) * 2};
+  const uint32_t q_box[5] = {static_cast<uint32_t>(Cfg::kChunkCols), static_cast<uint32_t>(tiling.heads_per_tile), 1,
+                             static_cast<uint32_t>(tiling.tokens_per_tile), 1};
+  const CUtensorMap q_map = detail::make_tensor_map_16bit_sw128(params.q, 5, q_dims, q_strides, q_box, "q");
+
+  // K cache as [num_blocks][page_size][h_kv][576].
+  const uint64_t k_dims[4] = {static_cast<uint64_t>(Cfg::kHeadDim), static_cast<uint64_t>(params.h_kv),
+                              static_cast<uint64_t>(params.page_size), static_cast<uint64_t>(params.num_blocks)};
+  const uint64_t k_strides[3] = {static_cast<uint64_t>(params.k_head_stride) * 2,
+                                 static_cast<uint64_t>(params.k_token_stride) * 2,
+                                 static_cast<uint64_t>(params.k_block_stride) * 2};
+  const uint32_t k_box[4] = {static_cast<uint32_t>(Cfg::kChunkCols), 1,
+                             static_cast<uint32_t>(params.page_size < Cfg::kBlockN ? params.page_size : Cfg::kBlockN), 1};
+  const CUtensorMap k_map = detail::make_tensor_map_16bit_sw128(params.k_cache, 4, k_dims, k_strides, k_box, "k_cache");
+
+  KernelParams kp{};
+  kp.batch = params.batch;
+  kp.s_q = params.s_q;
+  kp.h_kv = params.h_kv;
+  kp.page_size = params.page_size;
+  kp.causal = params.causal && params.s_q > 1;
+  const float scale = params.softmax_scale > 0.f ? params.softmax_scale : 1.f / std::sqrt(static_cast<float>(params.d_qk));
+  kp.scale_log2 = scale * 1.4426950408889634f;
+  kp.tiling = tiling;
+  kp.seqlens = params.cache_seqlens;
+  kp.block_table = params.block_table;
+  kp.block_table_batch_stride = params.block_table_batch_stride;
+  kp.parts = reinterpret_cast<const detail::PartMetadata*>(schedule.tile_metadata);
+  kp.req_num_splits = schedule.num_splits;
+  kp.req_split_base = schedule.split_base;
+  kp.lse_accum = schedule.lse_accum;
+  kp.o_accum = schedule.o_accum;
+  kp.out = params.out;
+  kp.out_batch_stride = params.out_batch_stride;
+  kp.out_token_stride = params.out_token_stride;
+  kp.out_head_stride = params.out_head_stride;
+  kp.lse = params.lse;
+  kp.lse_batch_stride = params.lse_batch_stride;
+  kp.lse_head_stride = params.lse_head_stride;
+
+  auto kernel = dense_decode_kernel<Cfg>;
+  static bool configured = [&] {
+    HMLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  dim3 grid(schedule.num_sm_parts, params.h_kv, tiling.num_m_blocks);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, k_map, kp);
+  HMLA_CUDA_CHECK(cudaGetLastError());
+
+  detail::CombineParams cp{};
+  cp.batch = params.batch;
+  cp.h_kv = params.h_kv;
+  cp.d_v = Cfg::kHeadDimV;
+  cp.num_sm_parts = schedule.num_sm_parts;
+  cp.tiling = tiling;
+  cp.req_num_splits = schedule.num_splits;
+  cp.req_split_base = schedule.split_base;
+  cp.split_list = schedule.split_list;
+  cp.lse_accum = schedule.lse_accum;
+  cp.o_accum = schedule.o_accum;
+  cp.out = params.out;
+  cp.out_batch_stride = params.out_batch_stride;
+  cp.out_token_stride = params.out_token_stride;
+  cp.out_head_stride = params.out_head_stride;
+  cp.lse = params.lse;
+  cp.lse_batch_stride = params.lse_batch_stride;
+  cp.lse_head_stride = params.lse_head_stride;
+  detail::launch_combine<Native>(cp, stream);
+}
+
+}  // namespace hmla::sm90::dense_decode

@@ -1,0 +1,1004 @@
+// Implementation of the dense decode test harness (host code only).
+#include "dense_decode_harness.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <climits>
+#include <cmath>
+#include <cstdarg>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+
+#include "hmla/reference.h"
+
+namespace hmla_test {
+
+namespace {
+
+constexpr int64_t kGuard4d = 64;   // elements before/after q and out (128 bytes: keeps alignment)
+constexpr int64_t kGuardLse = 32;  // floats before/after lse
+// Reference cost model, in multiply-adds: per key and query token, one score (576) and one PV row
+// (512) per head, plus converting the key to double once per call and kv head (576 load_half calls,
+// measured at about the cost of 2000 multiply-adds).
+constexpr double kMacsPerKeyRow = kDqk + kDv;
+constexpr double kKeyLoadMacs = 2000;
+constexpr double kWholeBatchReferenceMacs = 2e7;  // below this, one reference call for the batch
+constexpr int kFullChunkHeads = 16;   // heads per reference call when every row is compared
+constexpr int kSampleChunkHeads = 4;  // heads per reference call when rows are sampled
+constexpr int kMaxExamples = 8;
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* f, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof(buf), f, ap);
+  va_end(ap);
+  return buf;
+}
+
+// 4-D [d0][d1][d2][d3] layout, d3 contiguous.
+Strided make_layout4(Layout layout, int64_t b, int64_t s, int64_t h, int64_t d, uint64_t seed) {
+  Strided st;
+  st.rank = 4;
+  st.dims[0] = b;
+  st.dims[1] = s;
+  st.dims[2] = h;
+  st.dims[3] = d;
+  Rng rng(seed);
+  int64_t sb = 0, ss = 0, sh = 0;
+  switch (layout) {
+    case Layout::kDense:
+      sh = d;
+      ss = h * d;
+      sb = s * h * d;
+      break;
+    case Layout::kPadded:
+      sh = d + 8 * rng.uniform_int(1, 4);
+      ss = h * sh + 8 * rng.uniform_int(1, 3);
+      sb = s * ss + 8 * rng.uniform_int(1, 5);
+      break;
+    case Layout::kHeadMajor:
+      ss = d + 8;
+      sb = s * ss;
+      sh = b * sb;
+      break;
+    case Layout::kTokenMajor:
+      sh = d;
+      sb = h * d;
+      ss = b * h * d;
+      break;
+  }
+  st.strides[0] = sb;
+  st.strides[1] = ss;
+  st.strides[2] = sh;
+  st.strides[3] = 1;
+  st.guard = kGuard4d;
+  const int64_t max_offset = (b - 1) * sb + (s - 1) * ss + (h - 1) * sh + d;
+  st.total = kGuard4d + max_offset + kGuard4d;
+  return st;
+}
+
+// lse [b][h][s], s contiguous.
+Strided make_layout_lse(bool padded, int64_t b, int64_t h, int64_t s) {
+  Strided st;
+  st.rank = 3;
+  st.dims[0] = b;
+  st.dims[1] = h;
+  st.dims[2] = s;
+  st.dims[3] = 1;
+  const int64_t sh = padded ? s + 3 : s;
+  const int64_t sb = padded ? h * sh + 5 : h * sh;
+  st.strides[0] = sb;
+  st.strides[1] = sh;
+  st.strides[2] = 1;
+  st.strides[3] = 1;
+  st.guard = kGuardLse;
+  st.total = kGuardLse + (b - 1) * sb + (h - 1) * sh + s + kGuardLse;
+  return st;
+}
+
+std::string describe_case(const DecodeCase& c) {
+  return fmt("%s [%s b=%d s_q=%d h_q=%d h_kv=%d page=%d causal=%d]", c.name.c_str(),
+             hmla::dtype_name(c.dtype), c.batch, c.s_q, c.h_q, c.h_kv, c.page_size,
+             c.causal ? 1 : 0);
+}
+
+// Values in block-table slots past a request's pages: none of them may ever be dereferenced.
+int32_t bad_block_id(int num_blocks, int64_t k) {
+  static const int64_t kBad[] = {int64_t{1} << 30, -7, INT32_MAX, -1,
+                                 INT32_MIN,        0,  1 << 20,   -1000000};
+  const int64_t v = kBad[k % 8];
+  if (v == 0) return num_blocks;  // exactly one past the last page
+  return static_cast<int32_t>(v);
+}
+
+std::string cache_key_of(const DecodeCase& c, const std::vector<int>& capacity, uint64_t seed) {
+  uint64_t h = hash_string("cap");
+  for (int v : capacity) h = mix_seed(h, static_cast<uint64_t>(v) + 1);
+  return fmt("%s/hkv%d/page%d/padc%d/padbt%d/b%zu/cap%016" PRIx64 "/seed%016" PRIx64,
+             hmla::dtype_name(c.dtype), c.h_kv, c.page_size, c.pad_cache ? 1 : 0,
+             c.pad_block_table ? 1 : 0, capacity.size(), h, seed);
+}
+
+std::shared_ptr<PagedCache> build_cache(const DecodeCase& c, const std::vector<int>& capacity,
+                                        uint64_t seed, const std::string& key) {
+  auto pc = std::make_shared<PagedCache>();
+  PagedCache& k = *pc;
+  k.key = key;
+  k.dtype = c.dtype;
+  k.batch = c.batch;
+  k.h_kv = c.h_kv;
+  k.page_size = c.page_size;
+  k.capacity = capacity;
+  k.pages.resize(c.batch);
+  int64_t total_pages = 0;
+  int max_pages = 0;
+  for (int r = 0; r < c.batch; ++r) {
+    k.pages[r] = (capacity[r] + c.page_size - 1) / c.page_size;
+    total_pages += k.pages[r];
+    max_pages = std::max(max_pages, k.pages[r]);
+  }
+  const int64_t spare = 3 + total_pages / 8;  // unused pages, all NaN
+  k.num_blocks = static_cast<int>(total_pages + spare);
+  k.max_blocks_per_seq = max_pages + 3;  // every request has >= 3 out-of-range tail entries
+  k.bt_stride = k.max_blocks_per_seq + (c.pad_block_table ? 5 : 0);
+  k.head_stride = kDqk + (c.pad_cache ? 64 : 0);
+  k.token_stride = c.h_kv * k.head_stride + (c.pad_cache ? 8 : 0);
+  k.block_stride = c.page_size * k.token_stride + (c.pad_cache ? 128 : 0);
+
+  // Pages: a random permutation of all blocks; the first total_pages go to the requests in order.
+  std::vector<int32_t> perm(k.num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  Rng rng(mix_seed(seed, 1));
+  rng.shuffle(perm);
+  k.block_table.assign(static_cast<size_t>(c.batch) * k.bt_stride, 0);
+  std::vector<std::pair<int, int>> page_list;  // (request, page index)
+  page_list.reserve(total_pages);
+  int64_t next = 0;
+  for (int r = 0; r < c.batch; ++r) {
+    int32_t* row = &k.block_table[static_cast<size_t>(r) * k.bt_stride];
+    for (int p = 0; p < k.pages[r]; ++p) {
+      row[p] = perm[next++];
+      page_list.emplace_back(r, p);
+    }
+    for (int p = k.pages[r]; p < k.bt_stride; ++p) {
+      row[p] = bad_block_id(k.num_blocks, static_cast<int64_t>(r) * 3 + p);
+    }
+  }
+
+  // Everything NaN, then the real rows. Element (request r, token t, kv head j, column d) gets
+  // 0.1 * normalish(seed, global index), independent of the physical layout.
+  const uint16_t nan_bits = input_nan_bits(c.dtype);
+  k.host.assign(static_cast<size_t>(k.num_blocks) * k.block_stride, nan_bits);
+  std::vector<int64_t> token_base(c.batch + 1, 0);
+  for (int r = 0; r < c.batch; ++r) token_base[r + 1] = token_base[r] + capacity[r];
+  std::vector<float> page_max_abs(page_list.size(), 0.f);
+  std::vector<double> page_max_norm(page_list.size(), 0.0);
+  const uint64_t value_seed = mix_seed(seed, 2);
+  parallel_for(static_cast<int64_t>(page_list.size()), [&](int64_t i) {
+    const int r = page_list[i].first;
+    const int p = page_list[i].second;
+    const int64_t block = k.block_table[static_cast<size_t>(r) * k.bt_stride + p];
+    float max_abs = 0.f;
+    double max_norm = 0.0;
+    for (int slot = 0; slot < c.page_size; ++slot) {
+      const int64_t t = static_cast<int64_t>(p) * c.page_size + slot;
+      if (t >= capacity[r]) break;
+      for (int j = 0; j < c.h_kv; ++j) {
+        uint16_t* dst = &k.host[block * k.block_stride + slot * k.token_stride + j * k.head_stride];
+        const uint64_t base = static_cast<uint64_t>((token_base[r] + t) * c.h_kv + j) * kDqk;
+        double norm2 = 0.0;
+        for (int d = 0; d < kDqk; ++d) {
+          const uint16_t bits = to_half_bits(c.dtype, 0.1f * normalish(value_seed, base + d));
+          dst[d] = bits;
+          const float v = half_bits_to_float(c.dtype, bits);
+          norm2 += static_cast<double>(v) * v;
+          if (d < kDv) max_abs = std::max(max_abs, std::fabs(v));
+        }
+        max_norm = std::max(max_norm, std::sqrt(norm2));
+      }
+    }
+    page_max_abs[i] = max_abs;
+    page_max_norm[i] = max_norm;
+  });
+  for (size_t i = 0; i < page_list.size(); ++i) {
+    k.max_abs_value = std::max(k.max_abs_value, page_max_abs[i]);
+    k.max_key_norm = std::max(k.max_key_norm, page_max_norm[i]);
+  }
+
+  k.dev.allocate(k.host.size() * sizeof(uint16_t));
+  k.dev.upload(k.host.data(), k.host.size() * sizeof(uint16_t));
+  k.dev_block_table.allocate(k.block_table.size() * sizeof(int32_t));
+  k.dev_block_table.upload(k.block_table.data(), k.block_table.size() * sizeof(int32_t));
+  return pc;
+}
+
+std::mutex g_cache_mutex;
+std::shared_ptr<PagedCache> g_last_cache;  // one cache kept between cases (the grid's order
+                                           // puts cases sharing a cache next to each other)
+
+// ------------------------------------------------------------------------------ statistics
+struct Worst {
+  double value = 0;
+  std::string where;
+  void update(double v, const std::string& w) {
+    if (v > value) {
+      value = v;
+      where = w;
+    }
+  }
+};
+struct DtypeSummary {
+  int64_t cases = 0, sampled_cases = 0, rows_total = 0, rows_compared = 0;
+  double ref_macs = 0, ref_seconds = 0;
+  Worst rel_l2, elem, lse;
+};
+std::mutex g_stats_mutex;
+std::map<std::string, DtypeSummary> g_summary;
+
+// Thread-local accumulation of findings while checking.
+struct Findings {
+  std::map<std::string, int64_t> counts;
+  std::map<std::string, std::vector<std::string>> examples;
+  void add(const std::string& what, const std::string& example) {
+    int64_t& n = counts[what];
+    if (n < kMaxExamples) examples[what].push_back(example);
+    ++n;
+  }
+  void merge(const Findings& o) {
+    for (const auto& kv : o.counts) {
+      counts[kv.first] += kv.second;
+      auto& ex = examples[kv.first];
+      for (const auto& e : o.examples.at(kv.first)) {
+        if (static_cast<int>(ex.size()) < kMaxExamples) ex.push_back(e);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kDense:
+      return "dense";
+    case Layout::kPadded:
+      return "padded";
+    case Layout::kHeadMajor:
+      return "head_major";
+    case Layout::kTokenMajor:
+      return "token_major";
+  }
+  return "?";
+}
+
+std::shared_ptr<const PagedCache> get_paged_cache(const DecodeCase& c) {
+  const std::vector<int>& capacity = c.capacity.empty() ? c.lengths : c.capacity;
+  const uint64_t seed = c.cache_seed != 0 ? c.cache_seed : hash_string("cache/" + c.name);
+  const std::string key = cache_key_of(c, capacity, seed);
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  if (g_last_cache && g_last_cache->key == key) return g_last_cache;
+  g_last_cache.reset();  // free the previous one first (the grid's largest are 2.4 GB)
+  g_last_cache = build_cache(c, capacity, seed, key);
+  return g_last_cache;
+}
+
+void release_cached_caches() {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  g_last_cache.reset();
+}
+
+// ------------------------------------------------------------------------------ DecodeProblem
+DecodeProblem::DecodeProblem(DecodeCase c) : c_(std::move(c)) {
+  if (static_cast<int>(c_.lengths.size()) != c_.batch) {
+    throw std::runtime_error(c_.name + ": lengths.size() != batch");
+  }
+  if (!c_.capacity.empty()) {
+    if (static_cast<int>(c_.capacity.size()) != c_.batch) {
+      throw std::runtime_error(c_.name + ": capacity.size() != batch");
+    }
+    for (int r = 0; r < c_.batch; ++r) {
+      if (c_.lengths[r] > c_.capacity[r]) throw std::runtime_error(c_.name + ": length > capacity");
+    }
+  }
+  cache_ = get_paged_cache(c_);
+  lengths_ = c_.lengths;
+
+  const uint64_t seed = hash_string(c_.name);
+  q_layout_ = make_layout4(c_.q_layout, c_.batch, c_.s_q, c_.h_q, kDqk, mix_seed(seed, 11));
+  out_layout_ = make_layout4(c_.out_layout, c_.batch, c_.s_q, c_.h_q, kDv, mix_seed(seed, 12));
+  lse_layout_ = make_layout_lse(c_.pad_lse, c_.batch, c_.h_q, c_.s_q);
+
+  // Poison images: sentinel everywhere, NaN poison on every logical element.
+  out_poison_image_.assign(out_layout_.total, kOutSentinelBits);
+  lse_poison_image_.assign(lse_layout_.total, bits_float(kLseSentinelBits));
+  const uint16_t poison = out_poison_bits(c_.dtype);
+  for (int r = 0; r < c_.batch; ++r) {
+    for (int t = 0; t < c_.s_q; ++t) {
+      for (int h = 0; h < c_.h_q; ++h) {
+        std::fill_n(&out_poison_image_[out_layout_.offset(r, t, h)], kDv, poison);
+        lse_poison_image_[lse_layout_.offset(r, h, t)] = bits_float(kLsePoisonBits);
+      }
+    }
+  }
+  dev_out_.allocate(out_poison_image_.size() * sizeof(uint16_t));
+  dev_lse_.allocate(lse_poison_image_.size() * sizeof(float));
+  dev_seqlens_.allocate(static_cast<size_t>(c_.batch) * sizeof(int32_t));
+  upload_lengths();
+  build_q(seed);
+}
+
+DecodeProblem::~DecodeProblem() = default;
+
+void DecodeProblem::build_q(uint64_t seed) {
+  q_host_.assign(q_layout_.total, input_nan_bits(c_.dtype));  // padding and guards: NaN
+  q_row_norm_.assign(static_cast<size_t>(c_.batch) * c_.s_q * c_.h_q, 0.f);
+  const uint64_t value_seed = mix_seed(seed, 21);
+  parallel_for(c_.batch, [&](int64_t r) {
+    for (int t = 0; t < c_.s_q; ++t) {
+      for (int h = 0; h < c_.h_q; ++h) {
+        uint16_t* dst = &q_host_[q_layout_.offset(r, t, h)];
+        const size_t row = (static_cast<size_t>(r) * c_.s_q + t) * c_.h_q + h;
+        double norm2 = 0;
+        for (int d = 0; d < kDqk; ++d) {
+          const uint16_t bits =
+              to_half_bits(c_.dtype, 0.1f * normalish(value_seed, row * kDqk + d));
+          dst[d] = bits;
+          const double v = half_bits_to_float(c_.dtype, bits);
+          norm2 += v * v;
+        }
+        q_row_norm_[row] = static_cast<float>(std::sqrt(norm2));
+      }
+    }
+  });
+  // Keep the device buffer (and so its address) when refilling: captured graphs point at it.
+  if (dev_q_.get() == nullptr || dev_q_.bytes() != q_host_.size() * sizeof(uint16_t)) {
+    dev_q_.allocate(q_host_.size() * sizeof(uint16_t));
+  }
+  dev_q_.upload(q_host_.data(), q_host_.size() * sizeof(uint16_t));
+}
+
+void DecodeProblem::refill_q(uint64_t seed) {
+  build_q(seed);
+  ref_valid_ = false;
+}
+
+void DecodeProblem::upload_lengths() {
+  std::vector<int32_t> l(lengths_.begin(), lengths_.end());
+  dev_seqlens_.upload(l.data(), l.size() * sizeof(int32_t));
+}
+
+void DecodeProblem::set_lengths(const std::vector<int>& lengths) {
+  if (static_cast<int>(lengths.size()) != c_.batch) {
+    throw std::runtime_error("set_lengths: wrong size");
+  }
+  for (int r = 0; r < c_.batch; ++r) {
+    if (lengths[r] < 0 || lengths[r] > cache_->capacity[r]) {
+      throw std::runtime_error("set_lengths: length beyond the request's cache capacity");
+    }
+  }
+  lengths_ = lengths;
+  upload_lengths();
+  ref_valid_ = false;
+}
+
+void DecodeProblem::poison_outputs() {
+  dev_out_.upload(out_poison_image_.data(), out_poison_image_.size() * sizeof(uint16_t));
+  dev_lse_.upload(lse_poison_image_.data(), lse_poison_image_.size() * sizeof(float));
+}
+
+hmla::DenseDecodeParams DecodeProblem::device_params() const {
+  hmla::DenseDecodeParams p;
+  p.dtype = c_.dtype;
+  p.batch = c_.batch;
+  p.s_q = c_.s_q;
+  p.h_q = c_.h_q;
+  p.h_kv = c_.h_kv;
+  p.d_qk = kDqk;
+  p.d_v = kDv;
+  p.q = dev_q_.as<uint16_t>() + q_layout_.guard;
+  p.q_batch_stride = q_layout_.strides[0];
+  p.q_token_stride = q_layout_.strides[1];
+  p.q_head_stride = q_layout_.strides[2];
+  p.k_cache = cache_->dev.get();
+  p.num_blocks = cache_->num_blocks;
+  p.page_size = c_.page_size;
+  p.k_block_stride = cache_->block_stride;
+  p.k_token_stride = cache_->token_stride;
+  p.k_head_stride = cache_->head_stride;
+  p.block_table = cache_->dev_block_table.as<int32_t>();
+  p.max_blocks_per_seq = cache_->max_blocks_per_seq;
+  p.block_table_batch_stride = cache_->bt_stride;
+  p.cache_seqlens = dev_seqlens_.as<int32_t>();
+  p.softmax_scale = c_.softmax_scale;
+  p.causal = c_.causal;
+  p.out = dev_out_.as<uint16_t>() + out_layout_.guard;
+  p.out_batch_stride = out_layout_.strides[0];
+  p.out_token_stride = out_layout_.strides[1];
+  p.out_head_stride = out_layout_.strides[2];
+  p.lse = dev_lse_.as<float>() + lse_layout_.guard;
+  p.lse_batch_stride = lse_layout_.strides[0];
+  p.lse_head_stride = lse_layout_.strides[1];
+  return p;
+}
+
+size_t DecodeProblem::workspace_bytes() const {
+  return hmla::dense_decode_workspace_bytes(c_.batch, c_.s_q, c_.h_q, c_.h_kv);
+}
+
+bool DecodeProblem::plan_and_run(cudaStream_t stream) {
+  poison_outputs();
+  const size_t bytes = workspace_bytes();
+  dev_ws_.allocate(bytes);
+  HMLA_TEST_CUDA_CHECK(cudaMemset(dev_ws_.get(), 0xff, std::max<size_t>(bytes, 1)));  // NaN / -1
+  HMLA_TEST_CUDA_CHECK(cudaDeviceSynchronize());
+  try {
+    const hmla::DecodeSchedule sched =
+        hmla::dense_decode_plan(dev_seqlens_.as<int32_t>(), c_.batch, c_.s_q, c_.h_q, c_.h_kv,
+                                dev_ws_.get(), bytes, stream);
+    hmla::dense_decode_run(device_params(), sched, stream);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << describe_case(c_) << ": plan/run threw: " << e.what();
+    return false;
+  }
+  const cudaError_t sync = cudaStreamSynchronize(stream);
+  const cudaError_t last = cudaGetLastError();
+  if (sync != cudaSuccess || last != cudaSuccess) {
+    ADD_FAILURE() << describe_case(c_) << ": CUDA error after run: sync " << cudaGetErrorName(sync)
+                  << ", last " << cudaGetErrorName(last);
+    abort_if_context_broken(describe_case(c_));
+    return false;
+  }
+  return true;
+}
+
+Outputs DecodeProblem::download() const {
+  Outputs o;
+  o.out.resize(out_layout_.total);
+  o.lse.resize(lse_layout_.total);
+  HMLA_TEST_CUDA_CHECK(cudaDeviceSynchronize());
+  dev_out_.download(o.out.data(), o.out.size() * sizeof(uint16_t));
+  dev_lse_.download(o.lse.data(), o.lse.size() * sizeof(float));
+  return o;
+}
+
+double DecodeProblem::budget() const {
+  const SuiteConfig& cfg = suite_config();
+  if (cfg.full || c_.ref_budget < 0) return std::numeric_limits<double>::infinity();
+  if (c_.ref_budget > 0) return c_.ref_budget;
+  return c_.grid_case ? cfg.grid_ref_budget : cfg.special_ref_budget;
+}
+
+void DecodeProblem::compute_reference() {
+  const auto t0 = Clock::now();
+  const int b = c_.batch, s_q = c_.s_q, h_q = c_.h_q, h_kv = c_.h_kv;
+  const int group = h_q / h_kv;
+
+  // Host view of the problem, the same struct the kernel gets.
+  hmla::DenseDecodeParams hp = device_params();
+  hp.q = q_host_.data() + q_layout_.guard;
+  hp.k_cache = cache_->host.data();
+  hp.block_table = cache_->block_table.data();
+  std::vector<int32_t> lengths32(lengths_.begin(), lengths_.end());
+  hp.cache_seqlens = lengths32.data();
+
+  auto request_keys = [&](int r) {
+    int64_t n = 0;
+    for (int t = 0; t < s_q; ++t) n += keys_for(lengths_[r], s_q, t, c_.causal);
+    return n;
+  };
+  std::vector<int64_t> keys(b);  // sum over the query tokens of the keys each attends to
+  for (int r = 0; r < b; ++r) keys[r] = request_keys(r);
+  auto unit_cost = [&](int r, int nh) {
+    return static_cast<double>(keys[r]) * (nh * kMacsPerKeyRow + kKeyLoadMacs);
+  };
+  const int full_chunks = (group + kFullChunkHeads - 1) / kFullChunkHeads;
+  double total_macs = 0;
+  for (int r = 0; r < b; ++r) {
+    total_macs +=
+        static_cast<double>(keys[r]) * (h_q * kMacsPerKeyRow + kKeyLoadMacs * h_kv * full_chunks);
+  }
+  const double limit = budget();
+
+  ref_slot_.assign(static_cast<size_t>(b) * h_q, -1);
+  struct Unit {
+    int r, kvh, h0, nh;
+    double macs;
+  };
+  std::vector<Unit> units;
+  double macs = 0;
+  bool whole_batch = false;
+  ref_sampled_ = false;
+
+  if (total_macs <= limit) {
+    macs = total_macs;
+    if (total_macs <= kWholeBatchReferenceMacs) {
+      whole_batch = true;
+    } else {
+      for (int r = 0; r < b; ++r) {
+        for (int j = 0; j < h_kv; ++j) {
+          for (int h0 = 0; h0 < group; h0 += kFullChunkHeads) {
+            const int nh = std::min(kFullChunkHeads, group - h0);
+            units.push_back({r, j, j * group + h0, nh, unit_cost(r, nh)});
+          }
+        }
+      }
+    }
+  } else {
+    // Deterministic sample within the budget. A unit is one request and a chunk of up to 4
+    // consecutive heads of one kv-head group (all s_q tokens). Always first: the chunk holding the
+    // last head of the last request, the first head of the first request, a middle chunk of the
+    // longest request, the last chunk of group 0 of the middle request, and one chunk of every
+    // kv-head group (of a seeded request); then a seeded shuffle of all other chunks, each taken if
+    // it still fits the budget.
+    ref_sampled_ = true;
+    Rng rng(hash_string("sample/" + c_.name));
+    const int chunk = std::min(group, kSampleChunkHeads);
+    const int chunks = (group + chunk - 1) / chunk;  // per kv head
+    const int per_request = h_kv * chunks;
+    const int longest =
+        static_cast<int>(std::max_element(lengths_.begin(), lengths_.end()) - lengths_.begin());
+    // unit id = (r * h_kv + kvh) * chunks + ci
+    auto id_of = [&](int r, int kvh, int ci) {
+      return (static_cast<int64_t>(r) * h_kv + kvh) * chunks + ci;
+    };
+    std::vector<int64_t> priority = {id_of(b - 1, h_kv - 1, chunks - 1), id_of(0, 0, 0),
+                                     id_of(longest, h_kv / 2, chunks / 2),
+                                     id_of(b / 2, 0, chunks - 1)};
+    for (int j = 0; j < h_kv; ++j)
+      priority.push_back(id_of(rng.uniform_int(0, b - 1), j, rng.uniform_int(0, chunks - 1)));
+    const int64_t num_units = static_cast<int64_t>(b) * per_request;
+    std::vector<uint8_t> taken(num_units, 0);
+    auto take = [&](int64_t id) {
+      const int r = static_cast<int>(id / per_request);
+      const int kvh = static_cast<int>((id / chunks) % h_kv);
+      const int ci = static_cast<int>(id % chunks);
+      const int nh = std::min(chunk, group - ci * chunk);
+      const double m = unit_cost(r, nh);
+      taken[id] = 1;
+      units.push_back({r, kvh, kvh * group + ci * chunk, nh, m});
+      macs += m;
+    };
+    for (int64_t id : priority) {
+      if (!taken[id]) take(id);
+    }
+    std::vector<int64_t> order(num_units);
+    std::iota(order.begin(), order.end(), 0);
+    rng.shuffle(order);
+    for (int64_t id : order) {
+      if (taken[id]) continue;
+      const int r = static_cast<int>(id / per_request);
+      const int ci = static_cast<int>(id % chunks);
+      if (macs + unit_cost(r, std::min(chunk, group - ci * chunk)) > limit) continue;
+      take(id);
+    }
+  }
+
+  // Slots for the compared rows.
+  int32_t slots = 0;
+  if (whole_batch) {
+    for (auto& s : ref_slot_) s = slots++;
+  } else {
+    for (const Unit& u : units) {
+      for (int i = 0; i < u.nh; ++i) ref_slot_[static_cast<size_t>(u.r) * h_q + u.h0 + i] = slots++;
+    }
+  }
+  ref_out_.assign(static_cast<size_t>(slots) * s_q * kDv, std::numeric_limits<float>::quiet_NaN());
+  ref_lse_.assign(static_cast<size_t>(slots) * s_q, std::numeric_limits<float>::quiet_NaN());
+
+  if (whole_batch) {
+    std::vector<uint16_t> out16(static_cast<size_t>(b) * s_q * h_q * kDv);
+    std::vector<float> out32(out16.size());
+    std::vector<float> lse(static_cast<size_t>(b) * h_q * s_q);
+    hmla::DenseDecodeParams p = hp;
+    p.out = out16.data();
+    p.out_head_stride = kDv;
+    p.out_token_stride = static_cast<int64_t>(h_q) * kDv;
+    p.out_batch_stride = static_cast<int64_t>(s_q) * h_q * kDv;
+    p.lse = lse.data();
+    p.lse_head_stride = s_q;
+    p.lse_batch_stride = static_cast<int64_t>(h_q) * s_q;
+    hmla::reference::dense_decode(p, out32.data());
+    for (int r = 0; r < b; ++r) {
+      for (int h = 0; h < h_q; ++h) {
+        const int32_t slot = ref_slot_[static_cast<size_t>(r) * h_q + h];
+        for (int t = 0; t < s_q; ++t) {
+          std::copy_n(&out32[((static_cast<size_t>(r) * s_q + t) * h_q + h) * kDv], kDv,
+                      &ref_out_[(static_cast<size_t>(slot) * s_q + t) * kDv]);
+          ref_lse_[static_cast<size_t>(slot) * s_q + t] =
+              lse[(static_cast<size_t>(r) * h_q + h) * s_q + t];
+        }
+      }
+    }
+  } else {
+    // Longest units first for balance.
+    std::stable_sort(units.begin(), units.end(),
+                     [](const Unit& a, const Unit& x) { return a.macs > x.macs; });
+    parallel_for(static_cast<int64_t>(units.size()), [&](int64_t i) {
+      const Unit& u = units[i];
+      std::vector<uint16_t> out16(static_cast<size_t>(s_q) * u.nh * kDv);
+      std::vector<float> out32(out16.size());
+      std::vector<float> lse(static_cast<size_t>(u.nh) * s_q);
+      hmla::DenseDecodeParams p = hp;
+      p.batch = 1;
+      p.h_q = u.nh;
+      p.h_kv = 1;
+      p.q = static_cast<const uint16_t*>(hp.q) + u.r * hp.q_batch_stride + u.h0 * hp.q_head_stride;
+      p.k_cache = static_cast<const uint16_t*>(hp.k_cache) + u.kvh * hp.k_head_stride;
+      p.block_table = hp.block_table + u.r * hp.block_table_batch_stride;
+      p.cache_seqlens = hp.cache_seqlens + u.r;
+      p.out = out16.data();
+      p.out_head_stride = kDv;
+      p.out_token_stride = static_cast<int64_t>(u.nh) * kDv;
+      p.out_batch_stride = static_cast<int64_t>(s_q) * u.nh * kDv;
+      p.lse = lse.data();
+      p.lse_head_stride = s_q;
+      p.lse_batch_stride = static_cast<int64_t>(u.nh) * s_q;
+      hmla::reference::dense_decode(p, out32.data());
+      for (int k = 0; k < u.nh; ++k) {
+        const int32_t slot = ref_slot_[static_cast<size_t>(u.r) * h_q + u.h0 + k];
+        for (int t = 0; t < s_q; ++t) {
+          std::copy_n(&out32[(static_cast<size_t>(t) * u.nh + k) * kDv], kDv,
+                      &ref_out_[(static_cast<size_t>(slot) * s_q + t) * kDv]);
+          ref_lse_[static_cast<size_t>(slot) * s_q + t] = lse[static_cast<size_t>(k) * s_q + t];
+        }
+      }
+    });
+  }
+  ref_macs_ = macs;
+  ref_seconds_ = seconds_since(t0);
+  ref_valid_ = true;
+}
+
+bool DecodeProblem::check(const Outputs& got, const std::string& what, CheckStats* stats_out) {
+  const int b = c_.batch, s_q = c_.s_q, h_q = c_.h_q;
+  const hmla::DType dt = c_.dtype;
+  const Tolerance& tol = tolerance_for(dt);
+  const uint16_t poison = out_poison_bits(dt);
+  const double scale = c_.softmax_scale != 0.f ? c_.softmax_scale : 1.0 / std::sqrt(double(kDqk));
+  const double hull = cache_->max_abs_value * (1.0 + 1.0 / 64) + 1e-6;
+  const std::string label = describe_case(c_) + " (" + what + ")";
+  bool ok = true;
+
+  if (got.out.size() != static_cast<size_t>(out_layout_.total) ||
+      got.lse.size() != static_cast<size_t>(lse_layout_.total)) {
+    ADD_FAILURE() << label << ": output buffers of the wrong size";
+    return false;
+  }
+
+  // ---- structural checks on every row
+  Findings all;
+  std::mutex merge_mutex;
+  parallel_for(b, [&](int64_t r) {
+    Findings f;
+    for (int t = 0; t < s_q; ++t) {
+      const int n = keys_for(lengths_[r], s_q, t, c_.causal);
+      for (int h = 0; h < h_q; ++h) {
+        const uint16_t* row = &got.out[out_layout_.offset(r, t, h)];
+        auto pos = [&] { return fmt("(b=%d,t=%d,h=%d)", int(r), t, h); };
+        int64_t unwritten = 0, nan = 0, inf = 0, nonzero = 0, outside = 0;
+        for (int d = 0; d < kDv; ++d) {
+          const uint16_t bits = row[d];
+          if (bits == poison) {
+            ++unwritten;
+          } else if (half_is_nan(dt, bits)) {
+            ++nan;
+          } else if (half_is_inf(dt, bits)) {
+            ++inf;
+          } else {
+            const float v = half_bits_to_float(dt, bits);
+            if (n == 0 && v != 0.f) ++nonzero;
+            if (n > 0 && std::fabs(v) > hull) ++outside;
+          }
+        }
+        if (unwritten)
+          f.add("out elements never written (poison left)",
+                pos() + fmt(" %lld of 512", (long long)unwritten));
+        if (nan) f.add("out NaN", pos() + fmt(" %lld of 512", (long long)nan));
+        if (inf) f.add("out inf", pos() + fmt(" %lld of 512", (long long)inf));
+        if (nonzero)
+          f.add("out not exactly 0 for a query without keys",
+                pos() + fmt(" %lld of 512", (long long)nonzero));
+        if (outside)
+          f.add("out outside the range of V (|out| > max|V|)",
+                pos() + fmt(" %lld of 512, n_keys=%d", (long long)outside, n));
+
+        const float l = got.lse[lse_layout_.offset(r, h, t)];
+        const uint32_t lbits = float_bits(l);
+        if (lbits == kLsePoisonBits) {
+          f.add("lse never written (poison left)", pos());
+        } else if (std::isnan(l)) {
+          f.add("lse NaN", pos());
+        } else if (n == 0) {
+          if (!(std::isinf(l) && l > 0))
+            f.add("lse not +inf for a query without keys", pos() + fmt(" lse=%g", l));
+        } else if (!std::isfinite(l)) {
+          f.add("lse not finite for a query with keys", pos() + fmt(" lse=%g n_keys=%d", l, n));
+        } else {
+          // every score s satisfies |s| <= scale * |q| * max|k|, so lse is within log(n) +- that
+          const double bound = scale * q_row_norm_[(static_cast<size_t>(r) * s_q + t) * h_q + h] *
+                                   cache_->max_key_norm * (1 + 1e-3) +
+                               1e-4 * std::max(1.0, std::fabs(double(l)));
+          if (std::fabs(l - std::log(double(n))) > bound) {
+            f.add("lse inconsistent with the number of keys",
+                  pos() + fmt(" lse=%.6f log(n_keys=%d)=%.6f max|score|=%.4f", l, n,
+                              std::log(double(n)), bound));
+          }
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(merge_mutex);
+    all.merge(f);
+  });
+
+  // ---- writes outside the logical elements: the sentinel count must be unchanged
+  auto count_sentinels_out = [&]() {
+    std::vector<int64_t> part(64, 0);
+    const int64_t n = out_layout_.total, chunk = (n + 63) / 64;
+    parallel_for(64, [&](int64_t i) {
+      int64_t c = 0;
+      for (int64_t k = i * chunk; k < std::min(n, (i + 1) * chunk); ++k)
+        c += got.out[k] == kOutSentinelBits;
+      part[i] = c;
+    });
+    return std::accumulate(part.begin(), part.end(), int64_t{0});
+  };
+  const int64_t expected_out_sentinels = out_layout_.total - out_layout_.logical_count();
+  const int64_t out_sentinels = count_sentinels_out();
+  if (out_sentinels != expected_out_sentinels) {
+    // locate the first few overwritten padding elements
+    std::vector<uint8_t> logical(out_layout_.total, 0);
+    for (int r = 0; r < b; ++r)
+      for (int t = 0; t < s_q; ++t)
+        for (int h = 0; h < h_q; ++h) std::fill_n(&logical[out_layout_.offset(r, t, h)], kDv, 1);
+    for (int64_t k = 0; k < out_layout_.total; ++k) {
+      if (!logical[k] && got.out[k] != kOutSentinelBits) {
+        all.add("out written outside its logical elements (padding/guard changed)",
+                fmt("element %lld from the allocation start (logical origin at %lld): 0x%04x",
+                    (long long)k, (long long)out_layout_.guard, got.out[k]));
+      }
+    }
+  }
+  {
+    int64_t lse_sentinels = 0;
+    for (float v : got.lse) lse_sentinels += float_bits(v) == kLseSentinelBits;
+    const int64_t expected = lse_layout_.total - static_cast<int64_t>(b) * h_q * s_q;
+    if (lse_sentinels != expected) {
+      std::vector<uint8_t> logical(lse_layout_.total, 0);
+      for (int r = 0; r < b; ++r)
+        for (int h = 0; h < h_q; ++h)
+          for (int t = 0; t < s_q; ++t) logical[lse_layout_.offset(r, h, t)] = 1;
+      for (int64_t k = 0; k < lse_layout_.total; ++k) {
+        if (!logical[k] && float_bits(got.lse[k]) != kLseSentinelBits) {
+          all.add("lse written outside its logical elements (padding/guard changed)",
+                  fmt("element %lld from the allocation start (logical origin at %lld): %g",
+                      (long long)k, (long long)lse_layout_.guard, got.lse[k]));
+        }
+      }
+    }
+  }
+
+  // ---- reference comparison
+  if (!ref_valid_) compute_reference();
+  struct Acc {
+    double diff2 = 0, ref2 = 0, worst_elem = 0, worst_lse = 0;
+    int64_t rows = 0;
+    std::string worst_elem_at, worst_lse_at;
+  };
+  Acc acc;
+  parallel_for(b, [&](int64_t r) {
+    Acc a;
+    Findings f;
+    for (int h = 0; h < h_q; ++h) {
+      const int32_t slot = ref_slot_[static_cast<size_t>(r) * h_q + h];
+      if (slot < 0) continue;
+      for (int t = 0; t < s_q; ++t) {
+        ++a.rows;
+        const int n = keys_for(lengths_[r], s_q, t, c_.causal);
+        const float* ref = &ref_out_[(static_cast<size_t>(slot) * s_q + t) * kDv];
+        const float ref_lse = ref_lse_[static_cast<size_t>(slot) * s_q + t];
+        const uint16_t* row = &got.out[out_layout_.offset(r, t, h)];
+        const float l = got.lse[lse_layout_.offset(r, h, t)];
+        const std::string pos = fmt("(b=%d,t=%d,h=%d)", int(r), t, h);
+        if (n == 0) {
+          if (!(std::isinf(ref_lse) && ref_lse > 0)) {
+            f.add(
+                "the reference's lse is not +inf where the test counts no keys (harness/reference "
+                "disagree)",
+                pos + fmt(" ref lse=%g", ref_lse));
+          }
+          continue;  // the GPU side of these rows is checked exactly above
+        }
+        float row_max = 0.f;
+        for (int d = 0; d < kDv; ++d) row_max = std::max(row_max, std::fabs(ref[d]));
+        int64_t bad = 0;
+        double worst_row = 0;
+        int worst_d = 0;
+        for (int d = 0; d < kDv; ++d) {
+          const double g = half_bits_to_float(dt, row[d]);
+          const double e = std::fabs(g - ref[d]);
+          const double bound =
+              tol.out_elem_rel * std::fabs(ref[d]) + tol.out_elem_row_rel * row_max + 1e-7;
+          if (std::isfinite(g)) {
+            a.diff2 += e * e;
+          } else {
+            a.diff2 += std::numeric_limits<double>::infinity();
+          }
+          a.ref2 += double(ref[d]) * ref[d];
+          const double ratio =
+              std::isfinite(e) ? e / bound : std::numeric_limits<double>::infinity();
+          if (ratio > worst_row) {
+            worst_row = ratio;
+            worst_d = d;
+          }
+          if (!(e <= bound)) ++bad;
+        }
+        if (worst_row > a.worst_elem) {
+          a.worst_elem = worst_row;
+          a.worst_elem_at = pos + fmt(" d=%d got %.7g ref %.7g", worst_d,
+                                      half_bits_to_float(dt, row[worst_d]), ref[worst_d]);
+        }
+        if (bad) {
+          f.add(
+              "out elements outside the elementwise bound",
+              pos + fmt(" %lld of 512; worst d=%d got %.7g ref %.7g (row max %.4g)", (long long)bad,
+                        worst_d, half_bits_to_float(dt, row[worst_d]), ref[worst_d], row_max));
+        }
+        const double lse_err = std::fabs(double(l) - ref_lse);
+        const double lse_bound = tol.lse_rel * std::max(1.0, std::fabs(double(ref_lse)));
+        const double lse_ratio =
+            std::isfinite(lse_err) ? lse_err / lse_bound : std::numeric_limits<double>::infinity();
+        if (lse_ratio > a.worst_lse) {
+          a.worst_lse = lse_ratio;
+          a.worst_lse_at = pos + fmt(" got %.8g ref %.8g", l, ref_lse);
+        }
+        if (!(lse_err <= lse_bound)) {
+          f.add("lse outside tolerance",
+                pos + fmt(" got %.8g ref %.8g |diff| %.3g > %.3g", l, ref_lse, lse_err, lse_bound));
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(merge_mutex);
+    all.merge(f);
+    acc.diff2 += a.diff2;
+    acc.ref2 += a.ref2;
+    acc.rows += a.rows;
+    if (a.worst_elem > acc.worst_elem) {
+      acc.worst_elem = a.worst_elem;
+      acc.worst_elem_at = a.worst_elem_at;
+    }
+    if (a.worst_lse > acc.worst_lse) {
+      acc.worst_lse = a.worst_lse;
+      acc.worst_lse_at = a.worst_lse_at;
+    }
+  });
+  const double rel_l2 =
+      acc.ref2 > 0 ? std::sqrt(acc.diff2 / acc.ref2) : (acc.diff2 > 0 ? INFINITY : 0.0);
+  if (!(rel_l2 <= tol.out_rel_l2)) {
+    all.add(fmt("out relative L2 error above %g", tol.out_rel_l2),
+            fmt("%.4g over %lld compared rows; worst element %s", rel_l2, (long long)acc.rows,
+                acc.worst_elem_at.c_str()));
+  }
+
+  if (!all.counts.empty()) {
+    ok = false;
+    std::ostringstream msg;
+    msg << label << ": FAILED checks (rows compared with the reference: " << acc.rows << " of "
+        << int64_t(b) * s_q * h_q << (ref_sampled_ ? ", sampled" : "") << ")\n";
+    for (const auto& kv : all.counts) {
+      msg << "  - " << kv.first << ": " << kv.second << " occurrence(s), e.g.\n";
+      for (const auto& e : all.examples[kv.first]) msg << "      " << e << "\n";
+    }
+    msg << "  out relative L2 " << rel_l2 << ", worst element ratio " << acc.worst_elem
+        << ", worst lse ratio " << acc.worst_lse;
+    ADD_FAILURE() << msg.str();
+  }
+
+  CheckStats st;
+  st.rows_total = int64_t(b) * s_q * h_q;
+  st.rows_compared = acc.rows;
+  st.ref_macs = ref_macs_;
+  st.ref_seconds = ref_seconds_;
+  st.rel_l2 = rel_l2;
+  st.worst_elem = acc.worst_elem;
+  st.worst_lse = acc.worst_lse;
+  st.sampled = ref_sampled_;
+  if (suite_config().verbose) {
+    std::printf(
+        "[hmla] %s: rows %lld/%lld%s, ref %.2f GMAC in %.2fs, rel L2 %.3g, elem %.3g (%s), lse "
+        "%.3g (%s)\n",
+        label.c_str(), (long long)st.rows_compared, (long long)st.rows_total,
+        st.sampled ? " sampled" : "", st.ref_macs * 1e-9, st.ref_seconds, st.rel_l2, st.worst_elem,
+        acc.worst_elem_at.c_str(), st.worst_lse, acc.worst_lse_at.c_str());
+  }
+  if (stats_out != nullptr) *stats_out = st;
+  // The reference time is only counted by the first check after it was computed.
+  ref_seconds_ = 0;
+  ref_macs_ = 0;
+  return ok;
+}
+
+bool DecodeProblem::bitwise_equal(const Outputs& a, const Outputs& b, std::string* where) {
+  if (a.out.size() != b.out.size() || a.lse.size() != b.lse.size()) {
+    if (where) *where = "different buffer sizes";
+    return false;
+  }
+  for (size_t i = 0; i < a.out.size(); ++i) {
+    if (a.out[i] != b.out[i]) {
+      if (where)
+        *where = fmt("out element %zu of the allocation: 0x%04x vs 0x%04x", i, a.out[i], b.out[i]);
+      return false;
+    }
+  }
+  for (size_t i = 0; i < a.lse.size(); ++i) {
+    if (float_bits(a.lse[i]) != float_bits(b.lse[i])) {
+      if (where)
+        *where = fmt("lse element %zu of the allocation: %.9g vs %.9g", i, a.lse[i], b.lse[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+// ------------------------------------------------------------------------------ statistics
+void record_stats(const DecodeCase& c, const CheckStats& s) {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  DtypeSummary& d = g_summary[hmla::dtype_name(c.dtype)];
+  ++d.cases;
+  d.sampled_cases += s.sampled;
+  d.rows_total += s.rows_total;
+  d.rows_compared += s.rows_compared;
+  d.ref_macs += s.ref_macs;
+  d.ref_seconds += s.ref_seconds;
+  d.rel_l2.update(s.rel_l2, c.name);
+  d.elem.update(s.worst_elem, c.name);
+  d.lse.update(s.worst_lse, c.name);
+}
+
+void print_summary() {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  if (g_summary.empty()) return;
+  std::printf(
+      "\n[hmla] dense decode accuracy summary (ratios are error / tolerance; < 1 passes)\n");
+  for (const auto& kv : g_summary) {
+    const DtypeSummary& d = kv.second;
+    const Tolerance& tol = kv.first == "bf16" ? kBf16Tolerance : kFp16Tolerance;
+    std::printf(
+        "[hmla]   %s: %lld checks (%lld sampled), rows compared %lld of %lld, reference %.1f GMAC "
+        "in %.1f s\n",
+        kv.first.c_str(), (long long)d.cases, (long long)d.sampled_cases,
+        (long long)d.rows_compared, (long long)d.rows_total, d.ref_macs * 1e-9, d.ref_seconds);
+    std::printf("[hmla]     worst out rel L2 %.3g (tolerance %g) in %s\n", d.rel_l2.value,
+                tol.out_rel_l2, d.rel_l2.where.c_str());
+    std::printf("[hmla]     worst out element ratio %.3g in %s\n", d.elem.value,
+                d.elem.where.c_str());
+    std::printf("[hmla]     worst lse ratio %.3g (tolerance %g * max(1,|lse|)) in %s\n",
+                d.lse.value, tol.lse_rel, d.lse.where.c_str());
+  }
+  std::fflush(stdout);
+}
+
+void run_and_check_case(const DecodeCase& c) {
+  DecodeProblem p(c);
+  Stream stream;
+  if (!p.plan_and_run(stream.get())) return;
+  const Outputs o = p.download();
+  CheckStats st;
+  p.check(o, "plan+run", &st);
+  record_stats(c, st);
+}
+
+}  // namespace hmla_test

@@ -1,0 +1,567 @@
+// hmla-bench: benchmark of hmla's MLA kernels on the GPU, against the card's own ceilings and the
+// FlashMLA anchor figures. Usage: hmla-bench --help.
+#include <cuda_runtime_api.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "anchors.h"
+#include "cases.h"
+#include "ceilings.h"
+#include "common.h"
+#include "dense_bench.h"
+#include "hmla/types.h"
+#include "json.h"
+
+#ifndef HMLA_BENCH_VERSION
+#define HMLA_BENCH_VERSION "unknown"
+#endif
+
+namespace hmla_bench {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;       // CUDA / runtime failure, no suitable device
+constexpr int kExitUsage = 2;       // bad command line, or arguments the library rejects
+constexpr int kExitCheckFail = 3;   // --check found a wrong result
+
+const char* kUsage =
+    "usage:\n"
+    "  hmla-bench dense-decode --b N --h-q N --s-k N [--s-q N] [--h-kv N] [--varlen] [--causal]\n"
+    "                          [--dtype bf16|fp16] [--page N] [common options]\n"
+    "  hmla-bench --sweep default|quick [--dtype bf16|fp16] [--varlen] [common options]\n"
+    "  hmla-bench ceilings [common options]\n"
+    "\n"
+    "common options:\n"
+    "  --check              after timing, run once more into NaN-poisoned outputs and compare with the\n"
+    "                       CPU reference (up to 8 requests of the batch; --check-requests N to choose)\n"
+    "  --json FILE          write every row (and the ceilings, device, settings) as JSON\n"
+    "  --iters N            timed calls per row, median reported (default 50)\n"
+    "  --warmup N           untimed calls first (default 5)\n"
+    "  --anchors FILE       FlashMLA reference figures for the ratio column (default: found next to\n"
+    "                       the repository as ../shared/anchors/flashmla-h200.json, or $HMLA_ANCHORS)\n"
+    "  --no-anchors         no anchor column\n"
+    "  --no-ceilings        skip the ceiling measurements (no fraction columns)\n"
+    "  --no-backlog         do not queue a spin kernel ahead of the timed calls (host launch cost is\n"
+    "                       then included whenever a call is shorter than its launch)\n"
+    "  --rotate-mib N       rotate input sets until one pass touches N MiB (default 512)\n"
+    "  --seed N             random seed (default 20261129)\n"
+    "  --device N           CUDA device (default 0)\n"
+    "\n"
+    "The default sweep is the 45 dense rows of ../shared/anchors/flashmla-h200.md (bf16, page 64,\n"
+    "h_kv 1, fixed lengths). --varlen draws each length uniformly in [s_k/2, s_k + s_k/2] (>= 1);\n"
+    "the metrics use the mean. ratio = anchor time / hmla time (> 1: hmla is faster).\n"
+    "Exit status: 0 ok, 1 CUDA/runtime error or no Hopper GPU, 2 bad arguments, 3 a --check failed.\n";
+
+struct UsageError {
+  std::string msg;
+};
+
+struct Cli {
+  std::string command;  // "dense-decode", "ceilings", or "" with --sweep
+  std::string sweep;
+  DenseCase single;
+  bool have_b = false, have_hq = false, have_sk = false;
+  bool shape_flag = false;  // any of --b --s-q --h-q --h-kv --s-k --page --causal
+  bool dtype_given = false, varlen_given = false;
+  bool check = false;
+  int check_requests = 0;
+  std::string json_path;
+  int iters = 50, warmup = 5;
+  std::string anchors_path;
+  bool no_anchors = false, no_ceilings = false, no_backlog = false;
+  long long rotate_mib = 512;
+  unsigned long long seed = 20261129ull;
+  int device = 0;
+  std::string command_line;
+};
+
+long long parse_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || end == nullptr || *end != '\0' || errno != 0)
+    throw UsageError{flag + " expects an integer, got '" + v + "'"};
+  if (x < lo || x > hi)
+    throw UsageError{flag + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v};
+  return x;
+}
+
+Cli parse_cli(int argc, char** argv) {
+  Cli cli;
+  for (int i = 0; i < argc; ++i) {
+    if (i) cli.command_line += ' ';
+    cli.command_line += argv[i];
+  }
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    std::string inline_value;
+    bool has_inline = false;
+    if (a.rfind("--", 0) == 0) {
+      size_t eq = a.find('=');
+      if (eq != std::string::npos) {
+        inline_value = a.substr(eq + 1);
+        a = a.substr(0, eq);
+        has_inline = true;
+      }
+    }
+    auto value = [&]() -> std::string {
+      if (has_inline) return inline_value;
+      if (i + 1 >= args.size()) throw UsageError{a + " needs a value"};
+      return args[++i];
+    };
+    auto no_value = [&]() {
+      if (has_inline) throw UsageError{a + " takes no value"};
+    };
+    const long long kMaxInt = 0x7fffffffll;
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(kExitOk);
+    } else if (a == "--sweep") {
+      cli.sweep = value();
+    } else if (a == "--b") {
+      cli.single.b = (int)parse_int(a, value(), 1, kMaxInt);
+      cli.have_b = cli.shape_flag = true;
+    } else if (a == "--s-q") {
+      cli.single.s_q = (int)parse_int(a, value(), 1, kMaxInt);
+      cli.shape_flag = true;
+    } else if (a == "--h-q") {
+      cli.single.h_q = (int)parse_int(a, value(), 1, kMaxInt);
+      cli.have_hq = cli.shape_flag = true;
+    } else if (a == "--h-kv") {
+      cli.single.h_kv = (int)parse_int(a, value(), 1, kMaxInt);
+      cli.shape_flag = true;
+    } else if (a == "--s-k") {
+      cli.single.s_k = (int)parse_int(a, value(), 1, kMaxInt);
+      cli.have_sk = cli.shape_flag = true;
+    } else if (a == "--page") {
+      cli.single.page = (int)parse_int(a, value(), 1, kMaxInt);
+      cli.shape_flag = true;
+    } else if (a == "--causal") {
+      no_value();
+      cli.single.causal = true;
+      cli.shape_flag = true;
+    } else if (a == "--varlen") {
+      no_value();
+      cli.single.varlen = true;
+      cli.varlen_given = true;
+    } else if (a == "--dtype") {
+      std::string v = value();
+      if (v == "bf16") cli.single.dtype = hmla::DType::kBF16;
+      else if (v == "fp16") cli.single.dtype = hmla::DType::kFP16;
+      else throw UsageError{"--dtype must be bf16 or fp16, got '" + v + "'"};
+      cli.dtype_given = true;
+    } else if (a == "--check") {
+      no_value();
+      cli.check = true;
+    } else if (a == "--check-requests") {
+      cli.check_requests = (int)parse_int(a, value(), 1, kMaxInt);
+    } else if (a == "--json") {
+      cli.json_path = value();
+      if (cli.json_path.empty()) throw UsageError{"--json needs a file name"};
+    } else if (a == "--iters") {
+      cli.iters = (int)parse_int(a, value(), 1, 100000);
+    } else if (a == "--warmup") {
+      cli.warmup = (int)parse_int(a, value(), 0, 100000);
+    } else if (a == "--anchors") {
+      cli.anchors_path = value();
+    } else if (a == "--no-anchors") {
+      no_value();
+      cli.no_anchors = true;
+    } else if (a == "--no-ceilings") {
+      no_value();
+      cli.no_ceilings = true;
+    } else if (a == "--no-backlog") {
+      no_value();
+      cli.no_backlog = true;
+    } else if (a == "--rotate-mib") {
+      cli.rotate_mib = parse_int(a, value(), 0, 1 << 20);
+    } else if (a == "--seed") {
+      cli.seed = (unsigned long long)parse_int(a, value(), 0, 0x7fffffffffffffffll);
+    } else if (a == "--device") {
+      cli.device = (int)parse_int(a, value(), 0, 1023);
+    } else if (a.rfind("-", 0) == 0) {
+      throw UsageError{"unknown option '" + args[i] + "'"};
+    } else if (cli.command.empty()) {
+      if (a != "dense-decode" && a != "ceilings") throw UsageError{"unknown command '" + a + "'"};
+      cli.command = a;
+    } else {
+      throw UsageError{"unexpected argument '" + a + "'"};
+    }
+  }
+
+  if (!cli.sweep.empty()) {
+    std::vector<DenseCase> tmp;
+    if (!sweep_by_name(cli.sweep, tmp)) throw UsageError{"unknown sweep '" + cli.sweep + "' (default, quick)"};
+    if (cli.command == "ceilings") throw UsageError{"--sweep runs dense-decode rows, not 'ceilings'"};
+    if (cli.shape_flag) throw UsageError{"--sweep fixes the shapes; --b/--s-q/--h-q/--h-kv/--s-k/--page/--causal are not allowed with it"};
+    cli.command = "dense-decode";
+  } else if (cli.command.empty()) {
+    throw UsageError{"no command (dense-decode, ceilings) and no --sweep"};
+  } else if (cli.command == "dense-decode") {
+    if (!cli.have_b || !cli.have_hq || !cli.have_sk) throw UsageError{"dense-decode needs --b, --h-q and --s-k"};
+  } else if (cli.command == "ceilings") {
+    if (cli.shape_flag || cli.dtype_given || cli.varlen_given || cli.check)
+      throw UsageError{"'ceilings' takes only the common options"};
+    if (cli.no_ceilings) throw UsageError{"'ceilings' with --no-ceilings measures nothing"};
+  }
+  if (cli.no_anchors && !cli.anchors_path.empty()) throw UsageError{"--anchors and --no-anchors together"};
+  return cli;
+}
+
+// ------------------------------------------------------------------------------------- device
+struct DeviceInfo {
+  std::string name;
+  int index = 0, major = 0, minor = 0, sms = 0;
+  int sm_clock_khz = 0, mem_clock_khz = 0, bus_width = 0, l2_bytes = 0;
+  size_t memory_bytes = 0;
+  int driver = 0, runtime = 0;
+};
+
+std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+
+// ------------------------------------------------------------------------------------- output
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+void print_device_and_ceilings(const DeviceInfo& d, const Ceilings& c, const CeilingOptions& co) {
+  std::printf("hmla-bench %s on %s (sm_%d%d, %d SMs, SM clock up to %d MHz, %.0f GiB, L2 %d MiB), driver %s, runtime %s\n",
+              HMLA_BENCH_VERSION, d.name.c_str(), d.major, d.minor, d.sms, d.sm_clock_khz / 1000,
+              (double)d.memory_bytes / (double)kGiB, d.l2_bytes >> 20, version_string(d.driver).c_str(),
+              version_string(d.runtime).c_str());
+  if (!c.measured) {
+    std::printf("ceilings: not measured (--no-ceilings)\n");
+    return;
+  }
+  std::printf("ceilings (this run; %d warm-up, median of %d):\n", co.warmup, co.iters);
+  std::printf("  read-only stream %9.1f GB/s    %.2f GiB read with 16-byte loads; best of %zu variants: %s\n",
+              c.read_gbps, c.read_bytes / (double)kGiB, c.read_variants.size(), c.read_best_variant.c_str());
+  for (const ReadVariant& v : c.read_variants)
+    std::printf("      %-44s %9.1f GB/s  (%.1f us)\n", v.name.c_str(), v.gbps, v.time.median);
+  std::printf("  device copy      %9.1f GB/s    cudaMemcpyAsync D2D of %.2f GiB, bytes read + written\n", c.copy_gbps,
+              c.copy_bytes_counted / 2.0 / (double)kGiB);
+  std::printf("  bf16 matmul      %9.1f TFLOPS  cuBLAS GemmEx %d^3, fp32 accumulate, random data (%.1f us)\n",
+              c.matmul_tflops, c.matmul_n, c.matmul_time.median);
+}
+
+void print_table_header(bool ceil, bool anchors, bool check) {
+  std::printf("\n%5s %3s %3s %4s %6s %1s %1s %5s %4s %4s | %9s %7s %7s", "b", "s_q", "h_q", "h_kv", "s_k", "c", "v",
+              "dtype", "page", "sets", "time_us", "TFLOPS", "GB/s");
+  if (ceil) std::printf(" %6s %6s %6s", "%read", "%copy", "%mm");
+  if (anchors) std::printf(" | %9s %6s", "anchor_us", "ratio");
+  if (check) std::printf(" | check");
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+void print_row(const DenseResult& r, const Ceilings& ceil, bool anchors, const AnchorRow* a) {
+  const DenseCase& c = r.c;
+  std::printf("%5d %3d %3d %4d %6d %1d %1d %5s %4d %4d | %9.2f %7.1f %7.1f", c.b, c.s_q, c.h_q, c.h_kv, c.s_k,
+              (int)c.causal, (int)c.varlen, hmla::dtype_name(c.dtype), c.page, r.input_sets, r.time.median, r.tflops,
+              r.gbps);
+  if (ceil.measured)
+    std::printf(" %6.1f %6.1f %6.1f", 100.0 * r.gbps / ceil.read_gbps, 100.0 * r.gbps / ceil.copy_gbps,
+                100.0 * r.tflops / ceil.matmul_tflops);
+  if (anchors) {
+    if (a) std::printf(" | %9.2f %6.3f", a->time_us, a->time_us / r.time.median);
+    else std::printf(" | %9s %6s", "-", "-");
+  }
+  if (r.checked) {
+    std::printf(" | %s rel %s lse %s", r.check_pass ? "PASS" : "FAIL", fmt("%.2e", r.out_rel_l2).c_str(),
+                fmt("%.2e", r.lse_max_abs).c_str());
+    if (!r.check_pass) std::printf(" (%s)", r.check_note.c_str());
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+struct RowRecord {
+  DenseResult r;
+  const AnchorRow* anchor = nullptr;
+};
+
+void write_json(const std::string& path, const Cli& cli, const DeviceInfo& d, const Ceilings& ceil,
+                const CeilingOptions& co, const Anchors& anchors, const RowOptions& ro,
+                const std::vector<RowRecord>& rows, size_t planned, const std::string& error) {
+  std::ofstream f(path);
+  if (!f) {
+    std::fprintf(stderr, "hmla-bench: cannot write JSON to '%s'\n", path.c_str());
+    return;
+  }
+  char date[64];
+  std::time_t now = std::time(nullptr);
+  std::tm tm_utc{};
+  gmtime_r(&now, &tm_utc);
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm_utc);
+
+  JsonWriter w(f);
+  w.begin_object();
+  w.key("meta").begin_object();
+  w.kv("tool", "hmla-bench").kv("version", HMLA_BENCH_VERSION).kv("command", cli.command_line).kv("date", date);
+  w.key("device").begin_object();
+  w.kv("name", d.name).kv("index", d.index).kv("cc", std::to_string(d.major) + "." + std::to_string(d.minor));
+  w.kv("sm_count", d.sms).kv("sm_clock_mhz_max", d.sm_clock_khz / 1000).kv("mem_clock_mhz_max", d.mem_clock_khz / 1000);
+  w.kv("mem_bus_width_bits", d.bus_width).kv("memory_bytes", (unsigned long long)d.memory_bytes);
+  w.kv("l2_bytes", d.l2_bytes).kv("driver_version", version_string(d.driver));
+  w.kv("runtime_version", version_string(d.runtime));
+  w.end_object();
+  w.kv("timing",
+       std::string("CUDA events around each hmla::dense_decode_run call (split + combine; plan built once before "
+                   "timing), ") +
+           std::to_string(ro.warmup) + " warm-up, median of " + std::to_string(ro.iters) +
+           ", input sets rotated until a pass touches " + std::to_string(ro.rotate_min_bytes >> 20) + " MiB" +
+           (ro.backlog ? ", timed calls queued behind a spin kernel (GPU time only)" : ", no backlog"));
+  w.key("formulas").begin_object();
+  w.kv("dense",
+       "flop = b*s_q*h_q*(2*576 + 2*512)*s_k ; bytes = b*(s_q*h_q*576*2 + s_k*h_kv*576*2 + s_q*h_q*512*2), s_k = mean "
+       "length; GB = 1e9 bytes, TFLOPS = 1e12 flop/s");
+  w.end_object();
+  if (ceil.measured) {
+    w.key("ceilings").begin_object();
+    w.kv("read_stream_gbps", ceil.read_gbps);
+    w.kv("copy_gbps_read_plus_write", ceil.copy_gbps);
+    w.kv("bf16_matmul_tflops_8192", ceil.matmul_tflops);
+    w.kv("read_bytes", ceil.read_bytes).kv("read_best_variant", ceil.read_best_variant);
+    w.key("read_variants").begin_array();
+    for (const ReadVariant& v : ceil.read_variants)
+      w.begin_object().kv("name", v.name).kv("gbps", v.gbps).kv("median_us", v.time.median).end_object();
+    w.end_array();
+    w.kv("copy_bytes_counted", ceil.copy_bytes_counted).kv("copy_median_us", ceil.copy_time.median);
+    w.kv("matmul_n", ceil.matmul_n).kv("matmul_median_us", ceil.matmul_time.median);
+    w.kv("cublas_version", ceil.cublas_version).kv("warmup", co.warmup).kv("iters", co.iters);
+    w.end_object();
+  } else {
+    w.kv_null("ceilings");
+  }
+  if (anchors.loaded()) {
+    w.key("anchors").begin_object().kv("path", anchors.path).kv("system", anchors.system).end_object();
+  } else {
+    w.kv_null("anchors");
+  }
+  w.key("check_thresholds").begin_object();
+  w.kv("out_rel_l2", kCheckOutRelL2).kv("lse_abs", kCheckLseAbs);
+  w.end_object();
+  w.key("options").begin_object();
+  w.kv("iters", ro.iters).kv("warmup", ro.warmup).kv("backlog", ro.backlog);
+  w.kv("rotate_min_mib", (unsigned long long)(ro.rotate_min_bytes >> 20)).kv("seed", (unsigned long long)ro.seed);
+  w.kv("sweep", cli.sweep).kv("check", ro.check);
+  w.end_object();
+  w.end_object();  // meta
+
+  w.key("rows").begin_array();
+  int failures = 0;
+  for (const RowRecord& rec : rows) {
+    const DenseResult& r = rec.r;
+    const DenseCase& c = r.c;
+    w.begin_object();
+    w.kv("kind", "dense_decode").kv("layout", hmla::dtype_name(c.dtype)).kv("dtype", hmla::dtype_name(c.dtype));
+    w.kv("b", c.b).kv("s_q", c.s_q).kv("h_q", c.h_q).kv("h_kv", c.h_kv).kv("s_k", c.s_k);
+    w.kv("s_k_mean", r.s_k_mean).kv("s_k_min", r.s_k_min).kv("s_k_max", r.s_k_max);
+    w.kv("topk", 0).kv("extra_topk", 0).kv("extra_s_k", 0).kv("extra_page", 0);
+    w.kv("d_qk", 576).kv("d_v", 512).kv("causal", c.causal).kv("varlen", c.varlen).kv("page", c.page);
+    w.kv("attn_sink", false);
+    w.kv("time_us", r.time.median).kv("time_us_mean", r.time.mean).kv("time_us_min", r.time.min);
+    w.kv("time_us_p10", r.time.p10).kv("time_us_p90", r.time.p90).kv("time_us_max", r.time.max);
+    w.kv("iters", r.time.count).kv("warmup", ro.warmup).kv("input_sets", r.input_sets);
+    w.kv("bytes_per_set", r.bytes_per_set);
+    w.kv("flop", r.flops).kv("bytes", r.bytes).kv("tflops", r.tflops).kv("gbps", r.gbps);
+    w.kv_opt("frac_stream", ceil.measured, r.gbps / ceil.read_gbps);
+    w.kv_opt("frac_copy", ceil.measured, r.gbps / ceil.copy_gbps);
+    w.kv_opt("frac_matmul", ceil.measured, r.tflops / ceil.matmul_tflops);
+    w.kv_opt("anchor_time_us", rec.anchor != nullptr, rec.anchor ? rec.anchor->time_us : 0.0);
+    w.kv_opt("ratio", rec.anchor != nullptr, rec.anchor ? rec.anchor->time_us / r.time.median : 0.0);
+    w.kv("num_sm_parts", r.num_sm_parts).kv("num_m_blocks", r.num_m_blocks);
+    w.kv("workspace_bytes", (unsigned long long)r.workspace_bytes);
+    if (r.checked) {
+      w.kv("check_pass", r.check_pass);
+      w.kv("check_out_rel_l2", r.out_rel_l2).kv("check_out_max_abs", r.out_max_abs);
+      w.kv("check_lse_max_abs", r.lse_max_abs);
+      w.kv("check_nonfinite_out", r.nonfinite_out).kv("check_bad_lse", r.bad_lse);
+      w.key("check_requests").begin_array();
+      for (int id : r.check_request_ids) w.value(id);
+      w.end_array();
+      w.kv("check_seconds", r.check_seconds).kv("check_note", r.check_note);
+      if (!r.check_pass) ++failures;
+    }
+    w.end_object();
+  }
+  w.end_array();
+
+  w.key("summary").begin_object();
+  w.kv("rows_planned", (unsigned long long)planned).kv("rows_done", (unsigned long long)rows.size());
+  w.kv("check_failures", failures).kv("completed", error.empty() && rows.size() == planned);
+  if (error.empty()) w.kv_null("error");
+  else w.kv("error", error);
+  w.end_object();
+  w.end_object();
+  f.flush();
+  if (!f) std::fprintf(stderr, "hmla-bench: error while writing '%s'\n", path.c_str());
+}
+
+int run(int argc, char** argv) {
+  Cli cli;
+  try {
+    cli = parse_cli(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "hmla-bench: %s\n\n%s", e.msg.c_str(), kUsage);
+    return kExitUsage;
+  }
+
+  // anchors (before touching the GPU: a bad path is a usage error)
+  Anchors anchors;
+  if (!cli.no_anchors && cli.command != "ceilings") {
+    std::string path = cli.anchors_path.empty() ? locate_default_anchors(argv[0]) : cli.anchors_path;
+    if (!path.empty()) {
+      try {
+        anchors = load_anchors(path);
+      } catch (const std::exception& e) {
+        if (!cli.anchors_path.empty()) {
+          std::fprintf(stderr, "hmla-bench: %s\n", e.what());
+          return kExitUsage;
+        }
+        std::fprintf(stderr, "hmla-bench: warning: %s; no anchor column\n", e.what());
+      }
+    }
+  }
+
+  // device
+  DeviceInfo d;
+  {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+      std::fprintf(stderr, "hmla-bench: no CUDA device found (needs an NVIDIA Hopper GPU, sm_90a)\n");
+      if (err != cudaSuccess) std::fprintf(stderr, "  (cudaGetDeviceCount: %s: %s)\n", cudaGetErrorName(err), cudaGetErrorString(err));
+      return kExitError;
+    }
+    if (cli.device >= count) {
+      std::fprintf(stderr, "hmla-bench: --device %d, but only %d CUDA device(s)\n", cli.device, count);
+      return kExitUsage;
+    }
+  }
+  try {
+    d.index = cli.device;
+    HB_CUDA(cudaSetDevice(d.index));
+    cudaDeviceProp prop{};
+    HB_CUDA(cudaGetDeviceProperties(&prop, d.index));
+    d.name = prop.name;
+    d.major = prop.major;
+    d.minor = prop.minor;
+    d.sms = prop.multiProcessorCount;
+    d.memory_bytes = prop.totalGlobalMem;
+    HB_CUDA(cudaDeviceGetAttribute(&d.sm_clock_khz, cudaDevAttrClockRate, d.index));
+    HB_CUDA(cudaDeviceGetAttribute(&d.mem_clock_khz, cudaDevAttrMemoryClockRate, d.index));
+    HB_CUDA(cudaDeviceGetAttribute(&d.bus_width, cudaDevAttrGlobalMemoryBusWidth, d.index));
+    HB_CUDA(cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, d.index));
+    HB_CUDA(cudaDriverGetVersion(&d.driver));
+    HB_CUDA(cudaRuntimeGetVersion(&d.runtime));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hmla-bench: %s\n", e.what());
+    return kExitError;
+  }
+  if (d.major != 9) {
+    std::fprintf(stderr,
+                 "hmla-bench: device %d is %s (sm_%d%d), not a Hopper GPU; hmla's kernels need an NVIDIA Hopper "
+                 "GPU (sm_90a, e.g. H100/H200)\n",
+                 d.index, d.name.c_str(), d.major, d.minor);
+    return kExitError;
+  }
+
+  RowOptions ro;
+  ro.warmup = cli.warmup;
+  ro.iters = cli.iters;
+  ro.backlog = !cli.no_backlog;
+  ro.seed = cli.seed;
+  ro.rotate_min_bytes = (size_t)cli.rotate_mib * kMiB;
+  ro.check = cli.check;
+  ro.check_requests = cli.check_requests;
+
+  std::vector<DenseCase> cases;
+  if (!cli.sweep.empty()) {
+    sweep_by_name(cli.sweep, cases);
+    for (DenseCase& c : cases) {
+      if (cli.dtype_given) c.dtype = cli.single.dtype;
+      if (cli.varlen_given) c.varlen = true;
+    }
+  } else if (cli.command == "dense-decode") {
+    cases.push_back(cli.single);
+  }
+
+  Ceilings ceil;
+  CeilingOptions co;
+  std::vector<RowRecord> rows;
+  auto fail = [&](const std::string& msg, int code) {
+    std::fprintf(stderr, "hmla-bench: %s\n", msg.c_str());
+    if (!cli.json_path.empty()) write_json(cli.json_path, cli, d, ceil, co, anchors, ro, rows, cases.size(), msg);
+    return code;
+  };
+
+  try {
+    Stream stream;
+    if (!cli.no_ceilings) {
+      if (!cli.sweep.empty()) std::fprintf(stderr, "[ceilings] read stream, device copy, bf16 matmul ...\n");
+      ceil = measure_ceilings(co, stream.get());
+    }
+    print_device_and_ceilings(d, ceil, co);
+    if (anchors.loaded() && !cases.empty())
+      std::printf("anchors: %s (%s); ratio = anchor time / hmla time\n", anchors.path.c_str(), anchors.system.c_str());
+    if (cli.check && !cases.empty())
+      std::printf("check: out rel-L2 <= %.0e (vs float64 reference, unrounded), |lse - ref| <= %.0e, no NaN/inf in "
+                  "the whole batch's out, lse +inf exactly where a query has no key\n",
+                  kCheckOutRelL2, kCheckLseAbs);
+
+    if (!cases.empty()) print_table_header(ceil.measured, anchors.loaded(), cli.check);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const DenseCase& c = cases[i];
+      if (!cli.sweep.empty()) std::fprintf(stderr, "[%zu/%zu] %s ...\n", i + 1, cases.size(), describe(c).c_str());
+      RowRecord rec;
+      rec.r = run_dense_case(c, ro, stream.get());
+      rec.anchor = anchors.loaded() ? anchors.find_dense(c) : nullptr;
+      if (!cli.sweep.empty() && rec.r.checked)
+        std::fprintf(stderr, "        check %s in %.1f s\n", rec.r.check_pass ? "PASS" : "FAIL", rec.r.check_seconds);
+      print_row(rec.r, ceil, anchors.loaded(), rec.anchor);
+      rows.push_back(rec);
+    }
+  } catch (const hmla::InvalidArgument& e) {
+    return fail(std::string("invalid argument: ") + e.what(), kExitUsage);
+  } catch (const std::exception& e) {
+    return fail(e.what(), kExitError);
+  }
+
+  int failures = 0;
+  for (const RowRecord& rec : rows) failures += (rec.r.checked && !rec.r.check_pass) ? 1 : 0;
+  if (anchors.loaded() && !rows.empty()) {
+    int with = 0;
+    double log_sum = 0, worst = INFINITY;
+    for (const RowRecord& rec : rows)
+      if (rec.anchor) {
+        double ratio = rec.anchor->time_us / rec.r.time.median;
+        ++with;
+        log_sum += std::log(ratio);
+        worst = std::min(worst, ratio);
+      }
+    if (with > 1)
+      std::printf("\nratio over %d anchored rows: geometric mean %.3f, worst %.3f\n", with, std::exp(log_sum / with), worst);
+  }
+  if (cli.check && !rows.empty()) std::printf("check: %d of %zu rows FAIL\n", failures, rows.size());
+  if (!cli.json_path.empty()) write_json(cli.json_path, cli, d, ceil, co, anchors, ro, rows, cases.size(), "");
+  return failures ? kExitCheckFail : kExitOk;
+}
+
+}  // namespace
+}  // namespace hmla_bench
+
+int main(int argc, char** argv) { return hmla_bench::run(argc, argv); }
