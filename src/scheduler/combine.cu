@@ -10,8 +10,7 @@
 namespace hmla::detail {
 namespace {
 
-constexpr int kCombineWarps = 4;  // one query row per warp, so small batches still spread wide
-constexpr int kMaxDv = 512;
+constexpr int kCombineWarps = 4;  // one query row per CTA, 4 columns per thread: small batches spread wide
 
 template <typename Element>
 __device__ __forceinline__ void store4(Element* dst, float a, float b, float c, float d);
@@ -28,8 +27,8 @@ __device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, fl
   *reinterpret_cast<uint2*>(dst) = v;
 }
 
-// Grid: (split request slot, kv head, query tile x row group). One warp per query row: the lanes
-// reduce the pieces' LSEs, then each lane merges 4-float columns so the loads stay coalesced.
+// Grid: (split request slot, kv head, query row of the tiles). Every warp reduces the pieces'
+// LSEs (redundantly: n is small), then each thread merges 4 columns so the loads stay coalesced.
 template <typename Element>
 __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombineParams p) {
   dev::pdl_wait_for_prerequisites();
@@ -37,10 +36,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
   if (static_cast<int>(blockIdx.x) >= count) return;
   const int req = p.split_list[1 + blockIdx.x];
   const int kv = blockIdx.y;
-  constexpr int kRowGroups = kTileRows / kCombineWarps;
-  const int m = blockIdx.z / kRowGroups;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r = (blockIdx.z % kRowGroups) * kCombineWarps + warp;
+  const int m = blockIdx.z / kTileRows;
+  const int r = blockIdx.z % kTileRows;
+  const int lane = threadIdx.x % 32;
   int token, head_in_kv;
   if (!p.tiling.row(m, r, token, head_in_kv)) return;
 
@@ -61,27 +59,23 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
   // A piece with no visible key has LSE -inf; a row with none in any piece gets out 0, LSE +inf.
   const float lse = sum > 0.f ? max_lse + logf(sum) : INFINITY;
 
-  float acc[kMaxDv / 128][4] = {};
-  if (sum > 0.f) {
-    const float* src = p.o_accum + (static_cast<size_t>(base) * rows_per_slot + row) * p.d_v + lane * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int col = threadIdx.x * 4;
+  if (sum > 0.f && col < p.d_v) {
+    const float* src = p.o_accum + (static_cast<size_t>(base) * rows_per_slot + row) * p.d_v + col;
     const size_t slot_stride = rows_per_slot * p.d_v;
-#pragma unroll 4
+#pragma unroll 8
     for (int s = 0; s < n; ++s) {
       const float w = __expf(lse_of[s * rows_per_slot] - lse);  // exp(-inf) = 0 for empty pieces
-#pragma unroll
-      for (int q = 0; q < kMaxDv / 128; ++q) {
-        const float4 v = *reinterpret_cast<const float4*>(src + s * slot_stride + q * 128);
-        acc[q][0] += w * v.x; acc[q][1] += w * v.y; acc[q][2] += w * v.z; acc[q][3] += w * v.w;
-      }
+      const float4 v = *reinterpret_cast<const float4*>(src + s * slot_stride);
+      acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
     }
   }
   const int head = kv * p.tiling.heads_per_kv + head_in_kv;
   Element* dst = static_cast<Element*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
                  head * p.out_head_stride;
-#pragma unroll
-  for (int q = 0; q < kMaxDv / 128; ++q)
-    store4<Element>(dst + q * 128 + lane * 4, acc[q][0], acc[q][1], acc[q][2], acc[q][3]);
-  if (lane == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
+  if (col < p.d_v) store4<Element>(dst + col, acc.x, acc.y, acc.z, acc.w);
+  if (threadIdx.x == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
 }
 
 }  // namespace
@@ -89,7 +83,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
 template <typename Element>
 void launch_combine(const CombineParams& params, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(params.num_sm_parts, params.h_kv, params.tiling.num_m_blocks * (kTileRows / kCombineWarps));
+  config.gridDim = dim3(params.num_sm_parts, params.h_kv, params.tiling.num_m_blocks * kTileRows);
   config.blockDim = dim3(kCombineWarps * 32);
   config.dynamicSmemBytes = 0;
   config.stream = stream;

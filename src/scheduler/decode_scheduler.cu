@@ -1,5 +1,7 @@
 #include "scheduler/decode_scheduler.h"
 
+#include <cstdlib>
+
 #include "common/cuda_check.h"
 
 namespace hmla::detail {
@@ -14,7 +16,7 @@ __device__ __forceinline__ int units_of(int seqlen) {
 // One CTA: the threads sum the units, then one thread walks the requests greedily, giving each
 // part about the same number of units plus a fixed cost per piece it starts.
 __global__ void __launch_bounds__(1024) decode_scheduler_kernel(const int32_t* __restrict__ seqlens,
-                                                               int batch, int num_sm_parts,
+                                                               int batch, int num_sm_parts, int overhead,
                                                                PartMetadata* __restrict__ parts,
                                                                int32_t* __restrict__ req_num_splits,
                                                                int32_t* __restrict__ req_split_base,
@@ -24,14 +26,14 @@ __global__ void __launch_bounds__(1024) decode_scheduler_kernel(const int32_t* _
   __syncthreads();
   long long local = 0;
   for (int r = threadIdx.x; r < batch; r += blockDim.x) {
-    local += units_of(seqlens[r]) + kSplitOverheadUnits;
+    local += units_of(seqlens[r]) + overhead;
     req_num_splits[r] = 0;
   }
   atomicAdd(reinterpret_cast<unsigned long long*>(&block_total), static_cast<unsigned long long>(local));
   __syncthreads();
   if (threadIdx.x != 0) return;
 
-  const long long payload = (block_total + num_sm_parts - 1) / num_sm_parts + kSplitOverheadUnits;
+  const long long payload = (block_total + num_sm_parts - 1) / num_sm_parts + overhead;
   int req = 0, unit = 0;
   for (int p = 0; p < num_sm_parts; ++p) {
     PartMetadata meta{};
@@ -44,15 +46,15 @@ __global__ void __launch_bounds__(1024) decode_scheduler_kernel(const int32_t* _
     while (req < batch) {
       const int units = units_of(seqlens[req]);
       const int left = units - unit;
-      if (remaining >= left + kSplitOverheadUnits) {
-        remaining -= left + kSplitOverheadUnits;
+      if (remaining >= left + overhead) {
+        remaining -= left + overhead;
         req_num_splits[req] += 1;
         meta.end_req = req;
         meta.end_unit = units;
         ++req;
         unit = 0;
       } else {
-        const long long take = remaining - kSplitOverheadUnits;
+        const long long take = remaining - overhead;
         if (take > 0) {
           req_num_splits[req] += 1;
           unit += static_cast<int>(take);
@@ -80,13 +82,24 @@ __global__ void __launch_bounds__(1024) decode_scheduler_kernel(const int32_t* _
   split_list[0] = count;
 }
 
+// The modelled cost of one more piece, in 64-token units. HMLA_SPLIT_OVERHEAD_UNITS overrides it
+// (read once per process): a tuning knob for measurements, not an interface.
+int split_overhead_units() {
+  static const int units = [] {
+    const char* text = std::getenv("HMLA_SPLIT_OVERHEAD_UNITS");
+    const int value = text ? std::atoi(text) : 0;
+    return value > 0 ? value : kSplitOverheadUnits;
+  }();
+  return units;
+}
+
 }  // namespace
 
 void launch_decode_scheduler(const int32_t* cache_seqlens, int batch, int num_sm_parts,
                              void* workspace, const WorkspaceLayout& layout, cudaStream_t stream) {
   auto* base = static_cast<char*>(workspace);
   decode_scheduler_kernel<<<1, 1024, 0, stream>>>(
-      cache_seqlens, batch, num_sm_parts, reinterpret_cast<PartMetadata*>(base + layout.part_metadata),
+      cache_seqlens, batch, num_sm_parts, split_overhead_units(), reinterpret_cast<PartMetadata*>(base + layout.part_metadata),
       reinterpret_cast<int32_t*>(base + layout.req_num_splits),
       reinterpret_cast<int32_t*>(base + layout.req_split_base),
       reinterpret_cast<int32_t*>(base + layout.split_list));

@@ -539,11 +539,11 @@ void DecodeProblem::compute_reference() {
     }
   } else {
     // Deterministic sample within the budget. A unit is one request and a chunk of up to 4
-    // consecutive heads of one kv-head group (all s_q tokens). Always first: the chunk holding the
-    // last head of the last request, the first head of the first request, a middle chunk of the
-    // longest request, the last chunk of group 0 of the middle request, and one chunk of every
-    // kv-head group (of a seeded request); then a seeded shuffle of all other chunks, each taken if
-    // it still fits the budget.
+    // consecutive heads of one kv-head group (all s_q tokens). First, in this order and while they
+    // fit the budget (the first one always): the chunk holding the last head of the last request,
+    // the one with the first head of the first request, a middle chunk of the longest request, the
+    // last chunk of group 0 of the middle request, and one chunk of every kv-head group (of a
+    // seeded request); then a seeded shuffle of all other chunks, each taken if it still fits.
     ref_sampled_ = true;
     Rng rng(hash_string("sample/" + c_.name));
     const int chunk = std::min(group, kSampleChunkHeads);
@@ -572,18 +572,20 @@ void DecodeProblem::compute_reference() {
       units.push_back({r, kvh, kvh * group + ci * chunk, nh, m});
       macs += m;
     };
-    for (int64_t id : priority) {
-      if (!taken[id]) take(id);
+    auto fits = [&](int64_t id) {
+      const int r = static_cast<int>(id / per_request);
+      const int ci = static_cast<int>(id % chunks);
+      return macs + unit_cost(r, std::min(chunk, group - ci * chunk)) <= limit;
+    };
+    for (size_t i = 0; i < priority.size(); ++i) {
+      const int64_t id = priority[i];
+      if (!taken[id] && (i == 0 || fits(id))) take(id);  // the first one even over the budget
     }
     std::vector<int64_t> order(num_units);
     std::iota(order.begin(), order.end(), 0);
     rng.shuffle(order);
     for (int64_t id : order) {
-      if (taken[id]) continue;
-      const int r = static_cast<int>(id / per_request);
-      const int ci = static_cast<int>(id % chunks);
-      if (macs + unit_cost(r, std::min(chunk, group - ci * chunk)) > limit) continue;
-      take(id);
+      if (!taken[id] && fits(id)) take(id);
     }
   }
 

@@ -10,16 +10,17 @@
 //      One case in four uses padded q and/or padded out+lse strides (suffix _qpad/_opad).
 //      EVERY case runs on the GPU and gets every structural check on every output row (below).
 //      The comparison with the reference covers every row of a case when that costs at most
-//      HMLA_TEST_REF_BUDGET (default 2e8 multiply-adds, ~b*s_q*s_k*(h_q*1088 + 2000*h_kv); about
-//      10 ms of one core), otherwise a deterministic sample of whole rows within the budget: units
-//      of one request x up to 4 consecutive heads of one kv-head group x all s_q tokens, always
-//      including the unit with the last head of the last request, the one with the first head of
-//      the first request, a middle unit of the longest request and one unit of every kv-head group,
-//      then seeded random units while they fit. With the default budget (counts of 384 cases each):
-//        s_k 20:   b 1, 2, 6 all rows; b 64: 196 all rows, 188 sampled
-//        s_k 140:  b 1 all rows; b 2: 360 all, 24 sampled; b 6: 248 / 136; b 64: 84 / 300
-//        s_k 4096: b 1: 136 all, 248 sampled; b 2: 92 / 292; b 6: 20 / 364; b 64: all sampled
-//      i.e. 2672 of the 4608 cases are compared row for row, the other 1936 on samples.
+//      HMLA_TEST_REF_BUDGET (default 3e8 multiply-adds, ~b*s_q*s_k*(h_q*1088 + 2000*h_kv); about
+//      0.15 s of one core), otherwise a deterministic sample of whole rows within the budget: units
+//      of one request x up to 4 consecutive heads of one kv-head group x all s_q tokens: first
+//      (while they fit; the first always) the unit with the last head of the last request, the one
+//      with the first head of the first request, a middle unit of the longest request and one unit
+//      of every kv-head group, then seeded random units while they fit. With the default budget
+//      (each line: 384 cases = 2 dtypes x 2 varlen x 16 (h_q, h_kv) x 3 s_q x 2 causal):
+//        s_k 20:   b 1, 2, 6: every row; b 64: 248 cases every row, 136 sampled
+//        s_k 140:  b 1, 2: every row; b 6: 332 every row, 52 sampled; b 64: 98 / 286
+//        s_k 4096: b 1: 184 every row, 200 sampled; b 2: 104 / 280; b 6: 36 / 348; b 64: all sampled
+//      i.e. 2922 of the 4608 cases are compared row for row, 1686 on samples.
 //      HMLA_TEST_FULL=1 compares every row of every case (~2.3e13 multiply-adds: ~20-40 min on 16 cores).
 //  * EdgeCases/DenseDecodeEdge [*DenseDecodeEdge*]: zero-length requests (some and all), causal
 //      queries with no key, one 128K request beside 127 short ones (b = 128; h_q 16 compared in
@@ -66,7 +67,7 @@
 //   ./build/tests/hmla_gpu_tests                         # everything (~5 min on the H200 host)
 //   ./build/tests/hmla_gpu_tests --gtest_filter='*DenseDecodeEdge*'
 //   HMLA_TEST_VERBOSE=1 ...                               # one line of error statistics per case
-//   HMLA_TEST_THREADS=16, HMLA_TEST_REF_BUDGET=2e8, HMLA_TEST_SPECIAL_REF_BUDGET=2e9, HMLA_TEST_FULL=1
+//   HMLA_TEST_THREADS=16, HMLA_TEST_REF_BUDGET=3e8, HMLA_TEST_SPECIAL_REF_BUDGET=2e9, HMLA_TEST_FULL=1
 // Sanitizers (each must print "ERROR SUMMARY: 0 errors" and exit 0; one command per line):
 //   compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 ./build/tests/hmla_gpu_tests --gtest_filter='*Sanitizer*'
 //   compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 1 ./build/tests/hmla_gpu_tests --gtest_filter='*Sanitizer*'

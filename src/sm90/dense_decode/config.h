@@ -2,9 +2,10 @@
 //
 // One CTA = one (work range, kv head, query tile of 64 rows). Warpgroup 0 is the producer: one
 // thread issues TMA loads of Q (once per request) and of 64-token K tiles (two stages). Warpgroups
-// 1 and 2 are consumers: each computes S for 32 of the tile's 64 tokens, the two exchange row
-// maxima through shared memory, each writes its half of P, and each accumulates its half (256
-// columns) of O = P V with V read from the same shared-memory K tile.
+// 1 and 2 are consumers that take turns on S: K tile g is scored by consumer g % 2 (S = Q K^T, the
+// online softmax, P written into the tile's RoPE columns, which no later step reads), while both
+// consumers accumulate their half (256 columns) of O = P V for every tile. The scoring warpgroup of
+// tile g + 1 works while the other one's P V of tile g keeps the tensor cores busy.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -43,10 +44,10 @@ struct Config {
   using SmemLayoutVt = decltype(composition(
       SmemLayoutK{}, make_layout(Shape<Int<kHeadDimV>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
 
-  // S = Q K^T: each consumer warpgroup owns 32 of the 64 token columns.
+  // S = Q K^T for a whole 64-token tile, by one consumer warpgroup.
   using MmaS = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, Int<kBlockN / 2>, Int<kHeadDim>>>(),
-      Layout<Shape<_1, Int<kConsumerWarpgroups>, _1>>{}));
+      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>>(),
+      Layout<Shape<_1, _1, _1>>{}));
   // O += P V: each consumer warpgroup owns 256 of the 512 output columns.
   using MmaO = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float,
@@ -54,15 +55,20 @@ struct Config {
                            GMMA::Major::K, GMMA::Major::MN>(),
       Layout<Shape<_1, Int<kConsumerWarpgroups>, _1>>{}));
 
+  // P of tile g lives in the tile's last 64 columns (RoPE: read by S only, never by P V).
+  static constexpr int kPChunk = kChunks - 1;
+  static_assert(kPChunk * kChunkCols >= kHeadDimV, "P must not overlap V");
+
   struct SharedStorage {
     alignas(1024) Element q[kBlockM * kHeadDim];
     alignas(1024) Element k[kStages][kBlockN * kHeadDim];
-    alignas(1024) Element p[kBlockM * kBlockN];
-    float row_max[kConsumerWarpgroups][kBlockM];
-    float row_sum[kConsumerWarpgroups][kBlockM];
+    // Softmax statistics of tile g, from its scoring warpgroup to the other (double buffered).
+    float row_scale[kStages][kBlockM];  // exp2(old max - new max)
+    float row_max[kStages][kBlockM];    // new running max (log2 domain)
+    float row_sum[kStages][kBlockM];    // sum of the tile's P
     uint64_t q_full;
     uint64_t q_empty;
-    uint64_t k_full[kStages];
+    uint64_t k_full[kStages][kChunks];  // one per 64-column chunk: S starts on the first to land
     uint64_t k_empty[kStages];
   };
   // The dynamic shared-memory base is only 16-byte aligned; the kernel rounds it up to 1024.

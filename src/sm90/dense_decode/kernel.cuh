@@ -55,6 +55,10 @@ struct NativeOf<cute::half_t> {
   static __device__ __forceinline__ pair make(float a, float b) { return __floats2half2_rn(a, b); }
 };
 
+// ptxas serialises every wgmma that sits behind a branch it cannot prove warp-uniform (C7520), so
+// values that steer the consumer loops are broadcast from lane 0, which it recognises as uniform.
+__device__ __forceinline__ int warp_uniform(int value) { return __shfl_sync(0xffffffffu, value, 0); }
+
 __device__ __forceinline__ int units_of(int seqlen) {
   const int blocks = (seqlen + detail::kBlockN - 1) / detail::kBlockN;
   return blocks > 0 ? blocks : 1;
@@ -86,13 +90,6 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
     const int u1 = req == meta.end_req ? meta.end_unit : units_of(seqlen);
     const int32_t* table = p.block_table + req * p.block_table_batch_stride;
 
-    dev::mbar_wait(&smem.q_empty, q_phase ^ 1);
-    dev::mbar_arrive_expect_tx(&smem.q_full, q_bytes);
-#pragma unroll
-    for (int c = 0; c < Cfg::kChunks; ++c)
-      dev::tma_load_5d(smem.q + c * kChunkElems, q_map, &smem.q_full, c * Cfg::kChunkCols, hh0, kv, t0, req);
-    q_phase ^= 1;
-
     for (int u = u0; u < u1; ++u) {
       dev::mbar_wait(&smem.k_empty[stage], phase ^ 1);
       const int token0 = u * Cfg::kBlockN;
@@ -100,18 +97,50 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
       // Only pages that hold tokens of this request are read; block-table entries past the
       // request's length are never looked at.
       const int boxes = (valid + rows_per_box - 1) / rows_per_box;
-      dev::mbar_arrive_expect_tx(&smem.k_full[stage], box_bytes * boxes * Cfg::kChunks);
-      for (int b = 0; b < boxes; ++b) {
-        const int token = token0 + b * rows_per_box;
-        const int page = table[token / p.page_size];
-        const int row = token % p.page_size;
-        typename Cfg::Element* dst = smem.k[stage] + b * rows_per_box * Cfg::kChunkCols;
+      int pages[Cfg::kBlockN / 16];
+      for (int b = 0; b < boxes; ++b) pages[b] = table[(token0 + b * rows_per_box) / p.page_size];
+      const int row0 = token0 % p.page_size;  // 0 when pages are smaller than a tile
+#pragma unroll
+      for (int c = 0; c < Cfg::kChunks; ++c) {
+        // Chunk by chunk, so the scoring warpgroup starts on the first 64 columns to land.
+        dev::mbar_arrive_expect_tx(&smem.k_full[stage][c], box_bytes * boxes);
+        for (int b = 0; b < boxes; ++b) {
+          typename Cfg::Element* dst = smem.k[stage] + c * kChunkElems + b * rows_per_box * Cfg::kChunkCols;
+          dev::tma_load_4d(dst, k_map, &smem.k_full[stage][c], c * Cfg::kChunkCols, kv,
+                           row0, pages[b]);
+        }
+      }
+      if (u == u0) {
+        // Q after the request's first K tile: that tile's load needs only a free stage, so it
+        // overlaps the end of the previous request, which still holds Q.
+        dev::mbar_wait(&smem.q_empty, q_phase ^ 1);
+        dev::mbar_arrive_expect_tx(&smem.q_full, q_bytes);
 #pragma unroll
         for (int c = 0; c < Cfg::kChunks; ++c)
-          dev::tma_load_4d(dst + c * kChunkElems, k_map, &smem.k_full[stage], c * Cfg::kChunkCols, kv, row, page);
+          dev::tma_load_5d(smem.q + c * kChunkElems, q_map, &smem.q_full, c * Cfg::kChunkCols, hh0, kv, t0, req);
+        q_phase ^= 1;
       }
       if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
     }
+  }
+}
+
+// Named barriers of the consumers (0 is __syncthreads).
+constexpr int kBarrierPReady = 1;     // + stage: scorer arrives, the other warpgroup waits
+constexpr int kBarrierWarpgroup = 3;  // + warpgroup: the 128 threads of one consumer
+
+// Zeroes this warpgroup's V rows [valid, 64) of a tail tile: those cache rows lie past the
+// request's end and may hold anything (NaN in the tests); P is 0 there but 0 * NaN is NaN.
+template <typename Cfg>
+__device__ __forceinline__ void zero_tail_rows(typename Cfg::Element* tile, int valid, int wg, int wtid) {
+  constexpr int kChunkElems = Cfg::kBlockN * Cfg::kChunkCols;
+  constexpr int kChunksPerHalf = (Cfg::kHeadDimV / 2) / Cfg::kChunkCols;
+  const int bytes_per_chunk = (Cfg::kBlockN - valid) * Cfg::kChunkCols * 2;
+#pragma unroll
+  for (int c = 0; c < kChunksPerHalf; ++c) {
+    char* start = reinterpret_cast<char*>(tile + (wg * kChunksPerHalf + c) * kChunkElems + valid * Cfg::kChunkCols);
+    for (int off = wtid * 16; off < bytes_per_chunk; off += 128 * 16)
+      *reinterpret_cast<uint4*>(start + off) = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -121,23 +150,23 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
   using namespace cute;
   using Element = typename Cfg::Element;
   using Native = NativeOf<Element>;
+  constexpr int kChunkElems = Cfg::kBlockN * Cfg::kChunkCols;
   const int ctid = threadIdx.x - 128;  // 0..255 over both consumer warpgroups
-  const int wg = ctid / 128;           // which half of the tokens (S) and of the columns (O)
-  const int warp_in_wg = (ctid % 128) / 32;
+  const int wg = warp_uniform(ctid / 128);  // consumer index: scores tiles g with g % 2 == wg
+  const int wtid = ctid % 128;
+  const int warp_in_wg = wtid / 32;
   const int lane = threadIdx.x % 32;
   const float kLn2 = 0.69314718055994530942f;
 
   Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemLayoutQ{});
-  Tensor sP = make_tensor(make_smem_ptr(smem.p), typename Cfg::SmemLayoutP{});
   typename Cfg::MmaS mma_s;
   typename Cfg::MmaO mma_o;
-  auto thr_s = mma_s.get_thread_slice(ctid);
+  auto thr_s = mma_s.get_thread_slice(wtid);
   auto thr_o = mma_o.get_thread_slice(ctid);
   Tensor tSrQ = thr_s.partition_fragment_A(sQ);
-  Tensor tOrP = thr_o.partition_fragment_A(sP);
   Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<Cfg::kBlockM>, Int<Cfg::kBlockN>>{});
   Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDimV>>{});
-  static_assert(decltype(size(tSrS))::value == 16, "S fragment: 64 x 32 per warpgroup");
+  static_assert(decltype(size(tSrS))::value == 32, "S fragment: 64 x 64 per warpgroup");
   static_assert(decltype(size(tOrO))::value == 128, "O fragment: 64 x 256 per warpgroup");
 
   // The two rows this thread holds in every accumulator, and their query token.
@@ -149,13 +178,12 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
     row_valid[h] = p.tiling.row(m, rows[h], row_token[h], row_head[h]);
   }
   const int tile_first_token = p.tiling.first_token(m);
-  const int col_base_s = wg * (Cfg::kBlockN / 2);
   const int col_base_o = wg * (Cfg::kHeadDimV / 2);
 
-  int stage = 0;
-  uint32_t phase = 0, q_phase = 0;
+  int g = 0;  // tiles consumed so far by this CTA: stage g % 2, scorer g % 2, phase (g / 2) % 2
+  uint32_t q_phase = 0;
   for (int req = meta.begin_req; req <= meta.end_req; ++req) {
-    const int seqlen = p.seqlens[req];
+    const int seqlen = warp_uniform(p.seqlens[req]);
     const bool split = p.req_num_splits[req] > 1;
     const int split_idx = req == meta.begin_req ? meta.begin_split_idx : 0;
     const int u0 = req == meta.begin_req ? meta.begin_unit : 0;
@@ -167,132 +195,143 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
     for (int h = 0; h < 2; ++h) limit[h] = p.causal ? seqlen - p.s_q + row_token[h] + 1 : seqlen;
     const int mask_from = p.causal ? seqlen - p.s_q + tile_first_token + 1 : seqlen;
 
-    float row_m[2] = {-INFINITY, -INFINITY};  // running max of scaled scores (log2 domain)
-    float row_l[2] = {0.f, 0.f};              // running sum of this warpgroup's P columns
+    // Running max (log2 domain of the scaled scores) and sum, identical in both consumers.
+    float row_m[2] = {-INFINITY, -INFINITY};
+    float row_l[2] = {0.f, 0.f};
     clear(tOrO);
 
     if (seqlen > 0) {
       dev::mbar_wait(&smem.q_full, q_phase);
       q_phase ^= 1;
-      for (int u = u0; u < u1; ++u) {
-        dev::mbar_wait(&smem.k_full[stage], phase);
-        Tensor sK = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutK{});
-        Tensor sVt = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutVt{});
-        Tensor tSrK = thr_s.partition_fragment_B(sK);
-        Tensor tOrV = thr_o.partition_fragment_B(sVt);
-
-        // S = Q K^T over d_qk = 576.
-        warpgroup_fence_operand(tSrS);
-        warpgroup_arrive();
-        mma_s.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tSrQ); ++k) {
-          gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
-          mma_s.accumulate_ = GMMA::ScaleOut::One;
-        }
-        warpgroup_commit_batch();
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-
+      for (int u = u0; u < u1; ++u, ++g) {
+        const int stage = g & 1;
+        const uint32_t phase = (g >> 1) & 1;
+        Element* tile = smem.k[stage];
+        Element* p_tile = tile + Cfg::kPChunk * kChunkElems;
         const int token0 = u * Cfg::kBlockN;
         const int valid = min(Cfg::kBlockN, seqlen - token0);
-        if (token0 + Cfg::kBlockN > mask_from) {
+        float scale[2];
+
+        if (stage == wg) {
+          // This warpgroup scores the tile: S = Q K^T over d_qk = 576.
+          Tensor sK = make_tensor(make_smem_ptr(tile), typename Cfg::SmemLayoutK{});
+          Tensor tSrK = thr_s.partition_fragment_B(sK);
+          constexpr int kStepsPerChunk = decltype(size<2>(tSrQ))::value / Cfg::kChunks;
+          warpgroup_fence_operand(tSrS);
+          warpgroup_arrive();
+          mma_s.accumulate_ = GMMA::ScaleOut::Zero;
           CUTE_UNROLL
-          for (int i = 0; i < size(tSrS); ++i) {
-            const int key = token0 + col_base_s + frag_col(i, lane);
-            if (key >= limit[(i / 2) % 2]) tSrS(i) = -INFINITY;
+          for (int c = 0; c < Cfg::kChunks; ++c) {
+            dev::mbar_wait(&smem.k_full[stage][c], phase);
+            CUTE_UNROLL
+            for (int k = c * kStepsPerChunk; k < (c + 1) * kStepsPerChunk; ++k) {
+              gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
+              mma_s.accumulate_ = GMMA::ScaleOut::One;
+            }
+          }
+          warpgroup_commit_batch();
+          warpgroup_wait<0>();  // also retires this warpgroup's P V of tile g - 1
+          warpgroup_fence_operand(tSrS);
+          warpgroup_fence_operand(tOrO);
+          if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
+
+          if (token0 + Cfg::kBlockN > mask_from) {
+            CUTE_UNROLL
+            for (int i = 0; i < size(tSrS); ++i) {
+              const int key = token0 + frag_col(i, lane);
+              if (key >= limit[(i / 2) % 2]) tSrS(i) = -INFINITY;
+            }
+          }
+          float block_max[2] = {-INFINITY, -INFINITY};
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); ++i) block_max[(i / 2) % 2] = fmaxf(block_max[(i / 2) % 2], tSrS(i));
+          float base[2], new_m[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
+            block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
+            new_m[h] = fmaxf(row_m[h], block_max[h] * p.scale_log2);
+            base[h] = new_m[h] == -INFINITY ? 0.f : new_m[h];  // no key yet: P stays 0
+            scale[h] = exp2f(row_m[h] - base[h]);
+          }
+          float block_sum[2] = {0.f, 0.f};
+          Tensor sP = make_tensor(make_smem_ptr(p_tile), typename Cfg::SmemLayoutP{});
+          CUTE_UNROLL
+          for (int i = 0; i < size(tSrS); i += 2) {
+            const int h = (i / 2) % 2;
+            const float a = exp2f(tSrS(i) * p.scale_log2 - base[h]);
+            const float b = exp2f(tSrS(i + 1) * p.scale_log2 - base[h]);
+            block_sum[h] += a + b;
+            *reinterpret_cast<typename Native::pair*>(&sP(frag_row(i, warp_in_wg, lane), frag_col(i, lane))) =
+                Native::make(a, b);
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            block_sum[h] += __shfl_xor_sync(0xffffffffu, block_sum[h], 1);
+            block_sum[h] += __shfl_xor_sync(0xffffffffu, block_sum[h], 2);
+            if (lane % 4 == 0) {
+              smem.row_scale[stage][rows[h]] = scale[h];
+              smem.row_max[stage][rows[h]] = new_m[h];
+              smem.row_sum[stage][rows[h]] = block_sum[h];
+            }
+            row_m[h] = new_m[h];
+            row_l[h] = row_l[h] * scale[h] + block_sum[h];
+          }
+          if (valid < Cfg::kBlockN) zero_tail_rows<Cfg>(tile, valid, wg, wtid);
+          dev::fence_proxy_async_smem();
+          dev::named_barrier_sync(kBarrierWarpgroup + wg, 128);
+          dev::named_barrier_arrive(kBarrierPReady + stage, Cfg::kConsumerThreads);
+        } else {
+          // The other warpgroup scores this tile; take its P and statistics.
+          warpgroup_wait<0>();  // retires this warpgroup's P V of tile g - 1
+          warpgroup_fence_operand(tOrO);
+          if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
+          dev::named_barrier_sync(kBarrierPReady + stage, Cfg::kConsumerThreads);
+          // The scorer saw every chunk land; waiting on the (completed) phases here too makes the
+          // TMA writes of this warpgroup's V columns visible to it by the mbarrier's own rules.
+#pragma unroll
+          for (int c = 0; c < Cfg::kChunks - 1; ++c) dev::mbar_wait(&smem.k_full[stage][c], phase);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            scale[h] = smem.row_scale[stage][rows[h]];
+            row_m[h] = smem.row_max[stage][rows[h]];
+            row_l[h] = row_l[h] * scale[h] + smem.row_sum[stage][rows[h]];
+          }
+          if (valid < Cfg::kBlockN) {
+            zero_tail_rows<Cfg>(tile, valid, wg, wtid);
+            dev::fence_proxy_async_smem();
+            dev::named_barrier_sync(kBarrierWarpgroup + wg, 128);
           }
         }
-        // Row maxima over this warpgroup's 32 columns, then over both warpgroups.
-        float block_max[2] = {-INFINITY, -INFINITY};
-        CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) block_max[(i / 2) % 2] = fmaxf(block_max[(i / 2) % 2], tSrS(i));
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
-          block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
-          if (lane % 4 == 0) smem.row_max[wg][rows[h]] = block_max[h];
-        }
-        dev::named_barrier_sync(1, Cfg::kConsumerThreads);
-        float base[2], correction[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float both = fmaxf(block_max[h], smem.row_max[wg ^ 1][rows[h]]);
-          const float new_m = fmaxf(row_m[h], both * p.scale_log2);
-          base[h] = new_m == -INFINITY ? 0.f : new_m;  // a row with no key yet keeps P = 0
-          correction[h] = exp2f(row_m[h] - base[h]);
-          row_m[h] = new_m;
-          row_l[h] *= correction[h];
-        }
-        CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); ++i) {
-          const int h = (i / 2) % 2;
-          tSrS(i) = exp2f(tSrS(i) * p.scale_log2 - base[h]);
-          row_l[h] += tSrS(i);
-        }
-        CUTE_UNROLL
-        for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= correction[(i / 2) % 2];
 
-        // Rows of the tile past the request's end hold stale or unused cache data (NaN in
-        // tests): P is 0 there, but 0 * NaN is NaN, so this warpgroup's V columns are zeroed.
-        if (valid < Cfg::kBlockN) {
-          constexpr int kChunkElems = Cfg::kBlockN * Cfg::kChunkCols;
-          const int first_chunk = col_base_o / Cfg::kChunkCols;
-          const int bytes_per_chunk = (Cfg::kBlockN - valid) * Cfg::kChunkCols * 2;
-          for (int c = 0; c < (Cfg::kHeadDimV / 2) / Cfg::kChunkCols; ++c) {
-            char* start = reinterpret_cast<char*>(smem.k[stage] + (first_chunk + c) * kChunkElems +
-                                                  valid * Cfg::kChunkCols);
-            for (int off = (ctid % 128) * 16; off < bytes_per_chunk; off += 128 * 16)
-              *reinterpret_cast<uint4*>(start + off) = make_uint4(0, 0, 0, 0);
-          }
-        }
+        // O = O * scale + P V over the tile's 64 tokens, left in flight.
         CUTE_UNROLL
-        for (int i = 0; i < size(tSrS); i += 2) {
-          auto pair = Native::make(tSrS(i), tSrS(i + 1));
-          const int r = frag_row(i, warp_in_wg, lane), c = col_base_s + frag_col(i, lane);
-          *reinterpret_cast<typename Native::pair*>(&sP(r, c)) = pair;
-        }
-        dev::fence_proxy_async_smem();
-        dev::named_barrier_sync(1, Cfg::kConsumerThreads);
-
-        // O += P V over the 64 tokens of the tile.
+        for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= scale[(i / 2) % 2];
+        Tensor sP = make_tensor(make_smem_ptr(p_tile), typename Cfg::SmemLayoutP{});
+        Tensor sVt = make_tensor(make_smem_ptr(tile), typename Cfg::SmemLayoutVt{});
+        Tensor tOrP = thr_o.partition_fragment_A(sP);
+        Tensor tOrV = thr_o.partition_fragment_B(sVt);
         warpgroup_fence_operand(tOrO);
         warpgroup_arrive();
         mma_o.accumulate_ = GMMA::ScaleOut::One;
         CUTE_UNROLL
         for (int k = 0; k < size<2>(tOrP); ++k) gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
         warpgroup_commit_batch();
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tOrO);
-
-        dev::mbar_arrive(&smem.k_empty[stage]);
-        if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
       }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
+      dev::mbar_arrive(&smem.k_empty[(g - 1) & 1]);
       dev::mbar_arrive(&smem.q_empty);
     }
-
-    // Row sums over both warpgroups' columns.
-    float total[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_l[h] += __shfl_xor_sync(0xffffffffu, row_l[h], 1);
-      row_l[h] += __shfl_xor_sync(0xffffffffu, row_l[h], 2);
-      if (lane % 4 == 0) smem.row_sum[wg][rows[h]] = row_l[h];
-    }
-    dev::named_barrier_sync(2, Cfg::kConsumerThreads);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) total[h] = row_l[h] + smem.row_sum[wg ^ 1][rows[h]];
-    // Keeps the next request's row_sum writes behind this request's reads.
-    dev::named_barrier_sync(2, Cfg::kConsumerThreads);
 
     float inv[2], lse[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const bool any = total[h] > 0.f;
-      inv[h] = any ? 1.f / total[h] : 0.f;
+      const bool any = row_l[h] > 0.f;
+      inv[h] = any ? 1.f / row_l[h] : 0.f;
       // Natural-log LSE of the scaled scores; a piece with no key is -inf for the combine,
       // a whole request with no key is +inf by the contract.
-      lse[h] = any ? row_m[h] * kLn2 + logf(total[h]) : (split ? -INFINITY : INFINITY);
+      lse[h] = any ? row_m[h] * kLn2 + logf(row_l[h]) : (split ? -INFINITY : INFINITY);
     }
 
     if (split) {
@@ -347,7 +386,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int part = blockIdx.x, kv = blockIdx.y, m = blockIdx.z;
-  const int warpgroup = threadIdx.x / 128;
+  const int warpgroup = warp_uniform(threadIdx.x / 128);
 
   // The combine kernel may start its launch now; it waits for this grid's completion itself.
   dev::pdl_launch_dependents();
@@ -358,7 +397,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     dev::mbar_init(&smem.q_full, 1);
     dev::mbar_init(&smem.q_empty, Cfg::kConsumerThreads);
     for (int s = 0; s < Cfg::kStages; ++s) {
-      dev::mbar_init(&smem.k_full[s], 1);
+      for (int c = 0; c < Cfg::kChunks; ++c) dev::mbar_init(&smem.k_full[s][c], 1);
       dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
     }
     dev::fence_barrier_init();
@@ -377,7 +416,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   __syncthreads();
 
-  const detail::PartMetadata meta = p.parts[part];
+  const detail::PartMetadata* part_meta = p.parts + part;
+  detail::PartMetadata meta{};
+  meta.begin_req = warp_uniform(part_meta->begin_req);
+  meta.begin_unit = warp_uniform(part_meta->begin_unit);
+  meta.end_req = warp_uniform(part_meta->end_req);
+  meta.end_unit = warp_uniform(part_meta->end_unit);
+  meta.begin_split_idx = warp_uniform(part_meta->begin_split_idx);
   if (meta.begin_req >= p.batch) return;
 
   if (warpgroup == 0) {
