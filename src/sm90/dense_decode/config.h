@@ -68,7 +68,7 @@ struct Config {
     float row_sum[kStages][kBlockM];    // sum of the tile's P
     uint64_t q_full;
     uint64_t q_empty;
-    uint64_t k_full[kStages][kChunks];  // one per 64-column chunk: S starts on the first to land
+    uint64_t k_full[kStages];
     uint64_t k_empty[kStages];
   };
   // The dynamic shared-memory base is only 16-byte aligned; the kernel rounds it up to 1024.

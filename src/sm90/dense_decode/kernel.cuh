@@ -55,10 +55,6 @@ struct NativeOf<cute::half_t> {
   static __device__ __forceinline__ pair make(float a, float b) { return __floats2half2_rn(a, b); }
 };
 
-// ptxas serialises every wgmma that sits behind a branch it cannot prove warp-uniform (C7520), so
-// values that steer the consumer loops are broadcast from lane 0, which it recognises as uniform.
-__device__ __forceinline__ int warp_uniform(int value) { return __shfl_sync(0xffffffffu, value, 0); }
-
 __device__ __forceinline__ int units_of(int seqlen) {
   const int blocks = (seqlen + detail::kBlockN - 1) / detail::kBlockN;
   return blocks > 0 ? blocks : 1;
@@ -90,6 +86,12 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
     const int u1 = req == meta.end_req ? meta.end_unit : units_of(seqlen);
     const int32_t* table = p.block_table + req * p.block_table_batch_stride;
 
+    dev::mbar_wait(&smem.q_empty, q_phase ^ 1);
+    dev::mbar_arrive_expect_tx(&smem.q_full, q_bytes);
+#pragma unroll
+    for (int c = 0; c < Cfg::kChunks; ++c)
+      dev::tma_load_5d(smem.q + c * kChunkElems, q_map, &smem.q_full, c * Cfg::kChunkCols, hh0, kv, t0, req);
+    q_phase ^= 1;
     for (int u = u0; u < u1; ++u) {
       dev::mbar_wait(&smem.k_empty[stage], phase ^ 1);
       const int token0 = u * Cfg::kBlockN;
@@ -97,28 +99,15 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
       // Only pages that hold tokens of this request are read; block-table entries past the
       // request's length are never looked at.
       const int boxes = (valid + rows_per_box - 1) / rows_per_box;
-      int pages[Cfg::kBlockN / 16];
-      for (int b = 0; b < boxes; ++b) pages[b] = table[(token0 + b * rows_per_box) / p.page_size];
-      const int row0 = token0 % p.page_size;  // 0 when pages are smaller than a tile
-#pragma unroll
-      for (int c = 0; c < Cfg::kChunks; ++c) {
-        // Chunk by chunk, so the scoring warpgroup starts on the first 64 columns to land.
-        dev::mbar_arrive_expect_tx(&smem.k_full[stage][c], box_bytes * boxes);
-        for (int b = 0; b < boxes; ++b) {
-          typename Cfg::Element* dst = smem.k[stage] + c * kChunkElems + b * rows_per_box * Cfg::kChunkCols;
-          dev::tma_load_4d(dst, k_map, &smem.k_full[stage][c], c * Cfg::kChunkCols, kv,
-                           row0, pages[b]);
-        }
-      }
-      if (u == u0) {
-        // Q after the request's first K tile: that tile's load needs only a free stage, so it
-        // overlaps the end of the previous request, which still holds Q.
-        dev::mbar_wait(&smem.q_empty, q_phase ^ 1);
-        dev::mbar_arrive_expect_tx(&smem.q_full, q_bytes);
+      dev::mbar_arrive_expect_tx(&smem.k_full[stage], box_bytes * boxes * Cfg::kChunks);
+      for (int b = 0; b < boxes; ++b) {
+        const int token = token0 + b * rows_per_box;
+        const int page = table[token / p.page_size];
+        const int row = token % p.page_size;
+        typename Cfg::Element* dst = smem.k[stage] + b * rows_per_box * Cfg::kChunkCols;
 #pragma unroll
         for (int c = 0; c < Cfg::kChunks; ++c)
-          dev::tma_load_5d(smem.q + c * kChunkElems, q_map, &smem.q_full, c * Cfg::kChunkCols, hh0, kv, t0, req);
-        q_phase ^= 1;
+          dev::tma_load_4d(dst + c * kChunkElems, k_map, &smem.k_full[stage], c * Cfg::kChunkCols, kv, row, page);
       }
       if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
     }
@@ -152,7 +141,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
   using Native = NativeOf<Element>;
   constexpr int kChunkElems = Cfg::kBlockN * Cfg::kChunkCols;
   const int ctid = threadIdx.x - 128;  // 0..255 over both consumer warpgroups
-  const int wg = warp_uniform(ctid / 128);  // consumer index: scores tiles g with g % 2 == wg
+  const int wg = ctid / 128;  // consumer index: scores tiles g with g % 2 == wg
   const int wtid = ctid % 128;
   const int warp_in_wg = wtid / 32;
   const int lane = threadIdx.x % 32;
@@ -183,7 +172,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
   int g = 0;  // tiles consumed so far by this CTA: stage g % 2, scorer g % 2, phase (g / 2) % 2
   uint32_t q_phase = 0;
   for (int req = meta.begin_req; req <= meta.end_req; ++req) {
-    const int seqlen = warp_uniform(p.seqlens[req]);
+    const int seqlen = p.seqlens[req];
     const bool split = p.req_num_splits[req] > 1;
     const int split_idx = req == meta.begin_req ? meta.begin_split_idx : 0;
     const int u0 = req == meta.begin_req ? meta.begin_unit : 0;
@@ -216,18 +205,14 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           // This warpgroup scores the tile: S = Q K^T over d_qk = 576.
           Tensor sK = make_tensor(make_smem_ptr(tile), typename Cfg::SmemLayoutK{});
           Tensor tSrK = thr_s.partition_fragment_B(sK);
-          constexpr int kStepsPerChunk = decltype(size<2>(tSrQ))::value / Cfg::kChunks;
+          dev::mbar_wait(&smem.k_full[stage], phase);
           warpgroup_fence_operand(tSrS);
           warpgroup_arrive();
           mma_s.accumulate_ = GMMA::ScaleOut::Zero;
           CUTE_UNROLL
-          for (int c = 0; c < Cfg::kChunks; ++c) {
-            dev::mbar_wait(&smem.k_full[stage][c], phase);
-            CUTE_UNROLL
-            for (int k = c * kStepsPerChunk; k < (c + 1) * kStepsPerChunk; ++k) {
-              gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
-              mma_s.accumulate_ = GMMA::ScaleOut::One;
-            }
+          for (int k = 0; k < size<2>(tSrQ); ++k) {
+            gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
+            mma_s.accumulate_ = GMMA::ScaleOut::One;
           }
           warpgroup_commit_batch();
           warpgroup_wait<0>();  // also retires this warpgroup's P V of tile g - 1
@@ -287,10 +272,6 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           warpgroup_fence_operand(tOrO);
           if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
           dev::named_barrier_sync(kBarrierPReady + stage, Cfg::kConsumerThreads);
-          // The scorer saw every chunk land; waiting on the (completed) phases here too makes the
-          // TMA writes of this warpgroup's V columns visible to it by the mbarrier's own rules.
-#pragma unroll
-          for (int c = 0; c < Cfg::kChunks - 1; ++c) dev::mbar_wait(&smem.k_full[stage][c], phase);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             scale[h] = smem.row_scale[stage][rows[h]];
@@ -386,7 +367,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int part = blockIdx.x, kv = blockIdx.y, m = blockIdx.z;
-  const int warpgroup = warp_uniform(threadIdx.x / 128);
+  const int warpgroup = threadIdx.x / 128;
 
   // The combine kernel may start its launch now; it waits for this grid's completion itself.
   dev::pdl_launch_dependents();
@@ -397,7 +378,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     dev::mbar_init(&smem.q_full, 1);
     dev::mbar_init(&smem.q_empty, Cfg::kConsumerThreads);
     for (int s = 0; s < Cfg::kStages; ++s) {
-      for (int c = 0; c < Cfg::kChunks; ++c) dev::mbar_init(&smem.k_full[s][c], 1);
+      dev::mbar_init(&smem.k_full[s], 1);
       dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
     }
     dev::fence_barrier_init();
@@ -416,13 +397,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   __syncthreads();
 
-  const detail::PartMetadata* part_meta = p.parts + part;
-  detail::PartMetadata meta{};
-  meta.begin_req = warp_uniform(part_meta->begin_req);
-  meta.begin_unit = warp_uniform(part_meta->begin_unit);
-  meta.end_req = warp_uniform(part_meta->end_req);
-  meta.end_unit = warp_uniform(part_meta->end_unit);
-  meta.begin_split_idx = warp_uniform(part_meta->begin_split_idx);
+  const detail::PartMetadata meta = p.parts[part];
   if (meta.begin_req >= p.batch) return;
 
   if (warpgroup == 0) {

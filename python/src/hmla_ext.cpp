@@ -1,0 +1,745 @@
+// hmla._C: the nanobind extension behind the `hmla` Python package.
+//
+// Every array arrives as an nb::ndarray imported over DLPack (the Python layer hands over DLPack
+// capsules it made on the caller's stream, see hmla/_frameworks.py), so one build serves PyTorch,
+// CuPy, JAX and NumPy. This file owns the argument checks on the DLPack metadata (dtype, device,
+// rank, shape, contiguous last dimension) so that every bad input becomes a TypeError/ValueError
+// that names the argument, then builds hmla's parameter structs and calls the C++ library on the
+// stream it was given. Nothing here allocates device memory: outputs and the workspace are
+// allocated by the caller's framework in Python.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "hmla/dense_decode.h"
+#include "hmla/params.h"
+#include "hmla/reference.h"
+#include "hmla/types.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// DLPack constants (numeric, so that older nanobind releases whose enums lack some names work).
+constexpr int32_t kDLCPU = 1;
+constexpr int32_t kDLCUDA = 2;
+constexpr int32_t kDLCUDAHost = 3;
+constexpr int32_t kDLCUDAManaged = 13;
+
+constexpr uint8_t kCodeInt = 0;
+constexpr uint8_t kCodeUInt = 1;
+constexpr uint8_t kCodeFloat = 2;
+constexpr uint8_t kCodeBfloat = 4;
+constexpr uint8_t kCodeFloat8E4M3FN = 10;
+
+using InArray = nb::ndarray<nb::ro>;  // read-only view: accepts read-only producers too
+using OutArray = nb::ndarray<>;       // writable
+
+std::string where(const char* fn) { return std::string("hmla.") + fn; }
+
+[[noreturn]] void raise_type(const char* fn, const char* arg, const std::string& msg) {
+  throw nb::type_error((where(fn) + ": argument '" + arg + "' " + msg).c_str());
+}
+
+[[noreturn]] void raise_value(const char* fn, const char* arg, const std::string& msg) {
+  throw nb::value_error((where(fn) + ": argument '" + arg + "' " + msg).c_str());
+}
+
+std::string dtype_name(nb::dlpack::dtype dt) {
+  std::string base;
+  switch (dt.code) {
+    case kCodeInt: base = "int"; break;
+    case kCodeUInt: base = "uint"; break;
+    case kCodeFloat: base = "float"; break;
+    case kCodeBfloat: base = "bfloat"; break;
+    case kCodeFloat8E4M3FN: return "float8_e4m3fn";
+    case 6: return "bool";
+    default: base = "dtype(code=" + std::to_string(dt.code) + ")"; break;
+  }
+  std::string name = base + std::to_string(dt.bits);
+  if (dt.lanes != 1) name += "x" + std::to_string(dt.lanes);
+  return name;
+}
+
+bool is(nb::dlpack::dtype dt, uint8_t code, uint8_t bits) {
+  return dt.code == code && dt.bits == bits && dt.lanes == 1;
+}
+
+template <typename A>
+std::string shape_str(const A& a) {
+  std::string s = "(";
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(a.shape(i));
+  }
+  if (a.ndim() == 1) s += ",";
+  return s + ")";
+}
+
+std::string device_str(int32_t type, int32_t id) {
+  switch (type) {
+    case kDLCPU: return "the CPU (host memory)";
+    case kDLCUDAHost: return "pinned host memory";
+    case kDLCUDA: return "cuda:" + std::to_string(id);
+    case kDLCUDAManaged: return "CUDA managed memory (cuda:" + std::to_string(id) + ")";
+    default: return "DLPack device type " + std::to_string(type);
+  }
+}
+
+// Imports one argument. `arr` is whatever the Python layer passed (normally a DLPack capsule).
+template <typename A>
+A import_array(nb::handle obj, const char* fn, const char* arg) {
+  A out;
+  if (obj.is_none()) raise_type(fn, arg, "is None, expected an array");
+  if (!nb::try_cast<A>(obj, out, /*convert=*/false)) {
+    nb::str tname = nb::str(nb::handle((PyObject*)Py_TYPE(obj.ptr())).attr("__name__"));
+    raise_type(fn, arg,
+               std::string("could not be imported over DLPack (got an object of type '") +
+                   tname.c_str() + "'; expected a PyTorch, CuPy, JAX or NumPy array)");
+  }
+  return out;
+}
+
+template <typename A>
+void check_dtype(const char* fn, const char* arg, const A& a, std::initializer_list<nb::dlpack::dtype> ok,
+                 const char* expected) {
+  for (const auto& dt : ok)
+    if (a.dtype() == dt) return;
+  raise_type(fn, arg, "has dtype " + dtype_name(a.dtype()) + ", expected " + expected);
+}
+
+nb::dlpack::dtype dt(uint8_t code, uint8_t bits) {
+  nb::dlpack::dtype d;
+  d.code = code;
+  d.bits = bits;
+  d.lanes = 1;
+  return d;
+}
+
+template <typename A>
+void check_device(const char* fn, const char* arg, const A& a, bool require_cuda, int* device) {
+  const int32_t type = a.device_type();
+  const int32_t id = a.device_id();
+  if (require_cuda) {
+    if (type != kDLCUDA && type != kDLCUDAManaged)
+      raise_value(fn, arg, "is on " + device_str(type, id) + ", expected a CUDA device array");
+  }
+  if (*device < 0) {
+    *device = id;
+  } else if (id != *device) {
+    raise_value(fn, arg, "is on " + device_str(type, id) + ", but the other arrays are on device " +
+                             std::to_string(*device));
+  }
+}
+
+template <typename A>
+void check_ndim(const char* fn, const char* arg, const A& a, size_t ndim, const char* layout) {
+  if (a.ndim() != ndim)
+    raise_value(fn, arg, "has shape " + shape_str(a) + " (" + std::to_string(a.ndim()) +
+                             " dimensions), expected " + std::to_string(ndim) + " dimensions " + layout);
+}
+
+template <typename A>
+void check_last_dim_contiguous(const char* fn, const char* arg, const A& a) {
+  if (a.ndim() == 0 || a.size() == 0) return;  // empty arrays are caught by the shape checks
+  const size_t last = a.ndim() - 1;
+  if (a.shape(last) > 1 && a.stride(last) != 1)
+    raise_value(fn, arg, "must have a contiguous last dimension (stride 1), got stride " +
+                             std::to_string(a.stride(last)));
+}
+
+template <typename A>
+void check_contiguous_1d(const char* fn, const char* arg, const A& a) {
+  if (a.ndim() == 1 && a.shape(0) > 1 && a.stride(0) != 1)
+    raise_value(fn, arg, "must be contiguous, got stride " + std::to_string(a.stride(0)));
+}
+
+// expected: -1 = any extent.
+template <typename A>
+void check_shape(const char* fn, const char* arg, const A& a, std::initializer_list<int64_t> expected,
+                 const char* layout) {
+  bool ok = a.ndim() == expected.size();
+  size_t i = 0;
+  for (int64_t e : expected) {
+    if (ok && e >= 0 && static_cast<int64_t>(a.shape(i)) != e) ok = false;
+    ++i;
+  }
+  if (ok) return;
+  std::string exp = "(";
+  i = 0;
+  for (int64_t e : expected) {
+    if (i++) exp += ", ";
+    exp += e >= 0 ? std::to_string(e) : std::string("*");
+  }
+  if (expected.size() == 1) exp += ",";
+  exp += ")";
+  raise_value(fn, arg, "has shape " + shape_str(a) + ", expected " + exp + " " + layout);
+}
+
+int to_int(const char* fn, const char* arg, size_t v, const char* what) {
+  if (v > static_cast<size_t>(INT_MAX))
+    raise_value(fn, arg, std::string("has ") + what + " = " + std::to_string(v) + ", larger than INT_MAX");
+  return static_cast<int>(v);
+}
+
+// Sets the current CUDA device for the scope of a call and restores it afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (device < 0) return;
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) {
+      cudaGetLastError();
+      current = -1;
+    }
+    if (current != device) {
+      cudaError_t err = cudaSetDevice(device);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        throw std::runtime_error(std::string("hmla: cudaSetDevice(") + std::to_string(device) +
+                                 ") failed: " + cudaGetErrorString(err));
+      }
+      previous_ = current;
+    }
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// Runs f, turning hmla's exceptions into Python ones whose message starts with the Python name.
+template <typename F>
+auto translate(const char* fn, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const hmla::InvalidArgument& e) {
+    throw nb::value_error((where(fn) + ": " + e.what()).c_str());
+  } catch (const hmla::CudaError& e) {
+    throw std::runtime_error(where(fn) + ": " + e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dense decode (flash_mla_with_kvcache without indices)
+
+struct DenseShape {
+  int batch = 0, s_q = 0, h_q = 0, d_qk = 0, h_kv = 0, page_size = 0, num_blocks = 0;
+  int max_blocks = 0;
+  int device = -1;
+  hmla::DType dtype = hmla::DType::kBF16;
+};
+
+constexpr int kDenseDQK = 576;
+constexpr int kDV = 512;
+
+// FlashMLA's checks of dense_decode_fwd, in its order (dtypes, devices, layout, shapes), plus the
+// limits of hmla's dense decode kernel. require_cuda = false skips only the device-type check (the
+// CPU test suite uses it to exercise every other check with host arrays).
+DenseShape check_dense(const char* fn, const InArray& q, const InArray& k, const InArray& bt,
+                       const InArray& sl, int64_t head_dim_v, bool require_cuda) {
+  DenseShape s;
+  // ---- dtypes
+  check_dtype(fn, "q", q, {dt(kCodeBfloat, 16), dt(kCodeFloat, 16)}, "bfloat16 or float16");
+  if (!(k.dtype() == q.dtype()))
+    raise_type(fn, "k_cache", "has dtype " + dtype_name(k.dtype()) + ", but q has dtype " +
+                                  dtype_name(q.dtype()) + " (query and key must have the same dtype)");
+  check_dtype(fn, "cache_seqlens", sl, {dt(kCodeInt, 32)}, "int32");
+  check_dtype(fn, "block_table", bt, {dt(kCodeInt, 32)}, "int32");
+  s.dtype = is(q.dtype(), kCodeBfloat, 16) ? hmla::DType::kBF16 : hmla::DType::kFP16;
+
+  // ---- devices
+  check_device(fn, "q", q, require_cuda, &s.device);
+  check_device(fn, "k_cache", k, require_cuda, &s.device);
+  check_device(fn, "cache_seqlens", sl, require_cuda, &s.device);
+  check_device(fn, "block_table", bt, require_cuda, &s.device);
+
+  // ---- ranks and layout
+  check_ndim(fn, "q", q, 4, "[batch, s_q, h_q, head_dim]");
+  check_ndim(fn, "k_cache", k, 4, "[num_blocks, page_block_size, h_kv, head_dim]");
+  check_ndim(fn, "block_table", bt, 2, "[batch, max_num_blocks_per_seq]");
+  check_ndim(fn, "cache_seqlens", sl, 1, "[batch]");
+  check_last_dim_contiguous(fn, "q", q);
+  check_last_dim_contiguous(fn, "k_cache", k);
+  check_contiguous_1d(fn, "cache_seqlens", sl);
+  check_last_dim_contiguous(fn, "block_table", bt);
+
+  // ---- shapes
+  s.batch = to_int(fn, "q", q.shape(0), "batch");
+  s.s_q = to_int(fn, "q", q.shape(1), "s_q");
+  s.h_q = to_int(fn, "q", q.shape(2), "h_q");
+  s.d_qk = to_int(fn, "q", q.shape(3), "head_dim");
+  s.num_blocks = to_int(fn, "k_cache", k.shape(0), "num_blocks");
+  s.page_size = to_int(fn, "k_cache", k.shape(1), "page_block_size");
+  s.h_kv = to_int(fn, "k_cache", k.shape(2), "h_kv");
+  s.max_blocks = to_int(fn, "block_table", bt.ndim() == 2 ? bt.shape(1) : 0, "max_num_blocks_per_seq");
+
+  if (s.d_qk != kDenseDQK)
+    raise_value(fn, "q", "has head_dim " + std::to_string(s.d_qk) +
+                             ", expected 576 (512 NoPE + 64 RoPE; hmla's dense decode supports 576 only)");
+  if (head_dim_v != kDV)
+    raise_value(fn, "head_dim_v", "is " + std::to_string(head_dim_v) + ", expected 512");
+  if (s.batch < 1) raise_value(fn, "q", "has batch " + std::to_string(s.batch) + ", expected >= 1");
+  if (s.s_q < 1 || s.s_q > 16)
+    raise_value(fn, "q", "has s_q (seq_len_q) " + std::to_string(s.s_q) +
+                             ", expected 1..16 (1 + speculative tokens)");
+  if (s.h_q < 1 || s.h_q > 128)
+    raise_value(fn, "q", "has h_q " + std::to_string(s.h_q) + ", expected 1..128");
+  if (s.h_kv < 1)
+    raise_value(fn, "k_cache", "has h_kv " + std::to_string(s.h_kv) + ", expected >= 1");
+  if (s.h_q % s.h_kv != 0)
+    raise_value(fn, "k_cache", "has h_kv = " + std::to_string(s.h_kv) +
+                                   " heads, which does not divide q's h_q = " + std::to_string(s.h_q) +
+                                   " (h_q % h_kv must be 0)");
+  check_shape(fn, "k_cache", k, {-1, -1, -1, s.d_qk}, "[num_blocks, page_block_size, h_kv, head_dim of q]");
+  if (s.num_blocks < 1) raise_value(fn, "k_cache", "has no blocks (num_blocks = 0)");
+  if (s.page_size != 16 && s.page_size != 32 && s.page_size != 64 && s.page_size != 128 &&
+      s.page_size != 256)
+    raise_value(fn, "k_cache", "has page_block_size " + std::to_string(s.page_size) +
+                                   ", expected one of 16, 32, 64, 128, 256");
+  check_shape(fn, "block_table", bt, {s.batch, -1}, "[batch, max_num_blocks_per_seq]");
+  if (s.max_blocks < 1) raise_value(fn, "block_table", "has no columns (max_num_blocks_per_seq = 0)");
+  check_shape(fn, "cache_seqlens", sl, {s.batch}, "[batch]");
+  return s;
+}
+
+hmla::DenseDecodeParams dense_params(const DenseShape& s, const InArray& q, const InArray& k,
+                                     const InArray& bt, const InArray& sl) {
+  hmla::DenseDecodeParams p;
+  p.dtype = s.dtype;
+  p.batch = s.batch;
+  p.s_q = s.s_q;
+  p.h_q = s.h_q;
+  p.h_kv = s.h_kv;
+  p.d_qk = s.d_qk;
+  p.d_v = kDV;
+  p.q = q.data();
+  p.q_batch_stride = q.stride(0);
+  p.q_token_stride = q.stride(1);
+  p.q_head_stride = q.stride(2);
+  p.k_cache = k.data();
+  p.num_blocks = s.num_blocks;
+  p.page_size = s.page_size;
+  p.k_block_stride = k.stride(0);
+  p.k_token_stride = k.stride(1);
+  p.k_head_stride = k.stride(2);
+  p.block_table = static_cast<const int32_t*>(bt.data());
+  p.max_blocks_per_seq = s.max_blocks;
+  p.block_table_batch_stride = bt.stride(0);
+  p.cache_seqlens = static_cast<const int32_t*>(sl.data());
+  return p;
+}
+
+struct Schedule {
+  hmla::DecodeSchedule s;
+  int device = -1;
+};
+
+size_t workspace_bytes(int batch, int s_q, int h_q, int h_kv, int device, const char* fn) {
+  DeviceGuard guard(device);
+  return translate(fn, [&] { return hmla::dense_decode_workspace_bytes(batch, s_q, h_q, h_kv); });
+}
+
+Schedule plan(nb::handle seqlens_obj, int s_q, int h_q, int h_kv, nb::handle workspace_obj,
+              uintptr_t stream, const char* fn) {
+  InArray sl = import_array<InArray>(seqlens_obj, fn, "cache_seqlens");
+  OutArray ws = import_array<OutArray>(workspace_obj, fn, "workspace");
+  int device = -1;
+  check_dtype(fn, "cache_seqlens", sl, {dt(kCodeInt, 32)}, "int32");
+  check_device(fn, "cache_seqlens", sl, true, &device);
+  check_ndim(fn, "cache_seqlens", sl, 1, "[batch]");
+  check_contiguous_1d(fn, "cache_seqlens", sl);
+  check_device(fn, "workspace", ws, true, &device);
+  check_ndim(fn, "workspace", ws, 1, "[bytes]");
+  check_contiguous_1d(fn, "workspace", ws);
+  const int batch = to_int(fn, "cache_seqlens", sl.shape(0), "batch");
+  if (batch < 1) raise_value(fn, "cache_seqlens", "is empty (batch = 0), expected batch >= 1");
+  DeviceGuard guard(device);
+  Schedule out;
+  out.device = device;
+  out.s = translate(fn, [&] {
+    return hmla::dense_decode_plan(static_cast<const int32_t*>(sl.data()), batch, s_q, h_q, h_kv,
+                                   ws.data(), ws.nbytes(), reinterpret_cast<cudaStream_t>(stream));
+  });
+  return out;
+}
+
+void dense_run(nb::handle q_obj, nb::handle k_obj, nb::handle bt_obj, nb::handle sl_obj, nb::handle out_obj,
+               nb::handle lse_obj, const Schedule& sched, double softmax_scale, bool causal,
+               uintptr_t stream) {
+  const char* fn = "flash_mla_with_kvcache";
+  InArray q = import_array<InArray>(q_obj, fn, "q");
+  InArray k = import_array<InArray>(k_obj, fn, "k_cache");
+  InArray bt = import_array<InArray>(bt_obj, fn, "block_table");
+  InArray sl = import_array<InArray>(sl_obj, fn, "cache_seqlens");
+  OutArray out = import_array<OutArray>(out_obj, fn, "out");
+  OutArray lse = import_array<OutArray>(lse_obj, fn, "lse");
+  DenseShape s = check_dense(fn, q, k, bt, sl, kDV, true);
+
+  if (!(out.dtype() == q.dtype())) raise_type(fn, "out", "has dtype " + dtype_name(out.dtype()) + ", expected q's");
+  check_dtype(fn, "lse", lse, {dt(kCodeFloat, 32)}, "float32");
+  check_device(fn, "out", out, true, &s.device);
+  check_device(fn, "lse", lse, true, &s.device);
+  check_shape(fn, "out", out, {s.batch, s.s_q, s.h_q, kDV}, "[batch, s_q, h_q, head_dim_v]");
+  check_shape(fn, "lse", lse, {s.batch, s.h_q, s.s_q}, "[batch, h_q, s_q]");
+  check_last_dim_contiguous(fn, "out", out);
+  check_last_dim_contiguous(fn, "lse", lse);
+  if (sched.device != s.device)
+    raise_value(fn, "tile_scheduler_metadata", "was planned on device " + std::to_string(sched.device) +
+                                                   ", but q is on device " + std::to_string(s.device));
+
+  hmla::DenseDecodeParams p = dense_params(s, q, k, bt, sl);
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.causal = causal;
+  p.out = out.data();
+  p.out_batch_stride = out.stride(0);
+  p.out_token_stride = out.stride(1);
+  p.out_head_stride = out.stride(2);
+  p.lse = static_cast<float*>(lse.data());
+  p.lse_batch_stride = lse.stride(0);
+  p.lse_head_stride = lse.stride(1);
+
+  DeviceGuard guard(s.device);
+  translate(fn, [&] { hmla::dense_decode_run(p, sched.s, reinterpret_cast<cudaStream_t>(stream)); });
+}
+
+// The argument checks alone, for tests and for callers that want to validate up front. With
+// require_cuda = false host arrays pass the device check (every other check still runs).
+nb::dict check_dense_args(nb::handle q_obj, nb::handle k_obj, nb::handle bt_obj, nb::handle sl_obj,
+                          int64_t head_dim_v, bool require_cuda) {
+  const char* fn = "flash_mla_with_kvcache";
+  InArray q = import_array<InArray>(q_obj, fn, "q");
+  InArray k = import_array<InArray>(k_obj, fn, "k_cache");
+  InArray bt = import_array<InArray>(bt_obj, fn, "block_table");
+  InArray sl = import_array<InArray>(sl_obj, fn, "cache_seqlens");
+  DenseShape s = check_dense(fn, q, k, bt, sl, head_dim_v, require_cuda);
+  // hmla's own stride and alignment checks (they never dereference a pointer).
+  hmla::DenseDecodeParams p = dense_params(s, q, k, bt, sl);
+  p.out = reinterpret_cast<void*>(uintptr_t{256});
+  p.out_head_stride = kDV;
+  p.out_token_stride = int64_t{s.h_q} * kDV;
+  p.out_batch_stride = int64_t{s.s_q} * s.h_q * kDV;
+  p.lse = reinterpret_cast<float*>(uintptr_t{256});
+  p.lse_head_stride = s.s_q;
+  p.lse_batch_stride = int64_t{s.h_q} * s.s_q;
+  translate(fn, [&] { hmla::validate(p); });
+  nb::dict d;
+  d["batch"] = s.batch;
+  d["s_q"] = s.s_q;
+  d["h_q"] = s.h_q;
+  d["h_kv"] = s.h_kv;
+  d["head_dim"] = s.d_qk;
+  d["page_block_size"] = s.page_size;
+  d["num_blocks"] = s.num_blocks;
+  d["dtype"] = s.dtype == hmla::DType::kBF16 ? "bfloat16" : "float16";
+  d["device"] = s.device;
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sparse decode and sparse prefill: argument checks only (hmla has no sparse kernels yet).
+
+bool present(nb::handle h) { return h.is_valid() && !h.is_none(); }
+
+int64_t fp8_token_bytes_for(int d_qk) {
+  return d_qk == 576 ? hmla::reference::sparse_token_bytes(hmla::SparseCacheLayout::kV32)
+                     : hmla::reference::sparse_token_bytes(hmla::SparseCacheLayout::kModel1);
+}
+
+void check_fp8_cache(const char* fn, const char* arg, const InArray& c, int d_qk, bool require_cuda, int* device) {
+  check_dtype(fn, arg, c, {dt(kCodeFloat8E4M3FN, 8), dt(kCodeInt, 8), dt(kCodeUInt, 8)},
+              "float8_e4m3fn, int8 or uint8 (the packed FP8 cache bytes)");
+  check_device(fn, arg, c, require_cuda, device);
+  check_ndim(fn, arg, c, 4, "[num_blocks, page_block_size, 1, bytes_per_token]");
+  check_last_dim_contiguous(fn, arg, c);
+  const int64_t bpt = fp8_token_bytes_for(d_qk);
+  if (c.shape(2) != 1)
+    raise_value(fn, arg, "has h_kv = " + std::to_string(c.shape(2)) +
+                             ", expected 1 (the sparse FP8 caches are MQA: one KV head)");
+  if (static_cast<int64_t>(c.shape(3)) != bpt)
+    raise_value(fn, arg, "has " + std::to_string(c.shape(3)) + " bytes per token, expected " +
+                             std::to_string(bpt) + " for head_dim " + std::to_string(d_qk) +
+                             (d_qk == 576 ? " (DeepSeek-V3.2 layout)" : " (DeepSeek-V4 MODEL1 layout)"));
+  if (c.shape(0) < 1) raise_value(fn, arg, "has no blocks (num_blocks = 0)");
+  if (c.shape(1) < 1) raise_value(fn, arg, "has page_block_size 0");
+  if (c.shape(1) > 1 && c.stride(1) != bpt)
+    raise_value(fn, arg, "has token stride " + std::to_string(c.stride(1)) + " bytes, expected " +
+                             std::to_string(bpt) + " (the whole block must be contiguous)");
+  const int64_t min_page = hmla::reference::sparse_page_bytes(
+      d_qk == 576 ? hmla::SparseCacheLayout::kV32 : hmla::SparseCacheLayout::kModel1,
+      static_cast<int>(c.shape(1)));
+  if (c.shape(0) > 1 && c.stride(0) < (d_qk == 576 ? static_cast<int64_t>(c.shape(1)) * bpt : min_page))
+    raise_value(fn, arg, "has block stride " + std::to_string(c.stride(0)) + " bytes, expected >= " +
+                             std::to_string(d_qk == 576 ? static_cast<int64_t>(c.shape(1)) * bpt : min_page));
+}
+
+void check_sparse_decode_args(nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj, nb::handle topk_len_obj,
+                              nb::handle sink_obj, nb::handle extra_k_obj, nb::handle extra_idx_obj,
+                              nb::handle extra_len_obj, int64_t head_dim_v, bool require_cuda) {
+  const char* fn = "flash_mla_with_kvcache";
+  int device = -1;
+  InArray q = import_array<InArray>(q_obj, fn, "q");
+  check_dtype(fn, "q", q, {dt(kCodeBfloat, 16)}, "bfloat16 (sparse decode)");
+  check_device(fn, "q", q, require_cuda, &device);
+  check_ndim(fn, "q", q, 4, "[batch, s_q, h_q, head_dim]");
+  check_last_dim_contiguous(fn, "q", q);
+  const int64_t b = q.shape(0), s_q = q.shape(1), h_q = q.shape(2), d_qk = q.shape(3);
+  if (b < 1) raise_value(fn, "q", "has batch 0, expected >= 1");
+  if (s_q < 1) raise_value(fn, "q", "has s_q 0, expected >= 1");
+  if (h_q < 1) raise_value(fn, "q", "has h_q 0, expected >= 1");
+  if (d_qk != 576 && d_qk != 512)
+    raise_value(fn, "q", "has head_dim " + std::to_string(d_qk) +
+                             ", expected 576 (DeepSeek-V3.2) or 512 (DeepSeek-V4 MODEL1) for sparse decode");
+  if (head_dim_v != kDV) raise_value(fn, "head_dim_v", "is " + std::to_string(head_dim_v) + ", expected 512");
+
+  InArray k = import_array<InArray>(k_obj, fn, "k_cache");
+  check_fp8_cache(fn, "k_cache", k, static_cast<int>(d_qk), require_cuda, &device);
+
+  InArray idx = import_array<InArray>(idx_obj, fn, "indices");
+  check_dtype(fn, "indices", idx, {dt(kCodeInt, 32)}, "int32");
+  check_device(fn, "indices", idx, require_cuda, &device);
+  check_ndim(fn, "indices", idx, 3, "[batch, s_q, topk]");
+  check_last_dim_contiguous(fn, "indices", idx);
+  check_shape(fn, "indices", idx, {b, s_q, -1}, "[batch, s_q, topk]");
+  if (idx.shape(2) < 1) raise_value(fn, "indices", "has topk 0, expected >= 1");
+
+  if (present(topk_len_obj)) {
+    InArray t = import_array<InArray>(topk_len_obj, fn, "topk_length");
+    check_dtype(fn, "topk_length", t, {dt(kCodeInt, 32)}, "int32");
+    check_device(fn, "topk_length", t, require_cuda, &device);
+    check_shape(fn, "topk_length", t, {b}, "[batch]");
+    check_contiguous_1d(fn, "topk_length", t);
+  }
+  if (present(sink_obj)) {
+    InArray t = import_array<InArray>(sink_obj, fn, "attn_sink");
+    check_dtype(fn, "attn_sink", t, {dt(kCodeFloat, 32)}, "float32");
+    check_device(fn, "attn_sink", t, require_cuda, &device);
+    check_shape(fn, "attn_sink", t, {h_q}, "[h_q]");
+    check_contiguous_1d(fn, "attn_sink", t);
+  }
+  const bool have_extra = present(extra_k_obj);
+  if (have_extra) {
+    if (!present(extra_idx_obj))
+      raise_value(fn, "extra_indices_in_kvcache", "is None, but extra_k_cache is given (both or neither)");
+    InArray ek = import_array<InArray>(extra_k_obj, fn, "extra_k_cache");
+    check_fp8_cache(fn, "extra_k_cache", ek, static_cast<int>(d_qk), require_cuda, &device);
+    InArray ei = import_array<InArray>(extra_idx_obj, fn, "extra_indices_in_kvcache");
+    check_dtype(fn, "extra_indices_in_kvcache", ei, {dt(kCodeInt, 32)}, "int32");
+    check_device(fn, "extra_indices_in_kvcache", ei, require_cuda, &device);
+    check_ndim(fn, "extra_indices_in_kvcache", ei, 3, "[batch, s_q, extra_topk]");
+    check_last_dim_contiguous(fn, "extra_indices_in_kvcache", ei);
+    check_shape(fn, "extra_indices_in_kvcache", ei, {b, s_q, -1}, "[batch, s_q, extra_topk]");
+    if (present(extra_len_obj)) {
+      InArray t = import_array<InArray>(extra_len_obj, fn, "extra_topk_length");
+      check_dtype(fn, "extra_topk_length", t, {dt(kCodeInt, 32)}, "int32");
+      check_device(fn, "extra_topk_length", t, require_cuda, &device);
+      check_shape(fn, "extra_topk_length", t, {b}, "[batch]");
+      check_contiguous_1d(fn, "extra_topk_length", t);
+    }
+  } else {
+    if (present(extra_idx_obj))
+      raise_value(fn, "extra_indices_in_kvcache", "is given, but extra_k_cache is None (both or neither)");
+    if (present(extra_len_obj))
+      raise_value(fn, "extra_topk_length", "is given, but extra_k_cache is None");
+  }
+}
+
+void check_sparse_prefill_args(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj, int64_t d_v,
+                               nb::handle sink_obj, nb::handle topk_len_obj, int64_t indexer_topk,
+                               bool require_cuda) {
+  const char* fn = "flash_mla_sparse_fwd";
+  int device = -1;
+  InArray q = import_array<InArray>(q_obj, fn, "q");
+  InArray kv = import_array<InArray>(kv_obj, fn, "kv");
+  InArray idx = import_array<InArray>(idx_obj, fn, "indices");
+  check_dtype(fn, "q", q, {dt(kCodeBfloat, 16)}, "bfloat16");
+  check_dtype(fn, "kv", kv, {dt(kCodeBfloat, 16)}, "bfloat16");
+  check_dtype(fn, "indices", idx, {dt(kCodeInt, 32)}, "int32");
+  check_device(fn, "q", q, require_cuda, &device);
+  check_device(fn, "kv", kv, require_cuda, &device);
+  check_device(fn, "indices", idx, require_cuda, &device);
+  check_ndim(fn, "q", q, 3, "[s_q, h_q, head_dim]");
+  check_ndim(fn, "kv", kv, 3, "[s_kv, h_kv, head_dim]");
+  check_ndim(fn, "indices", idx, 3, "[s_q, h_kv, topk]");
+  check_last_dim_contiguous(fn, "q", q);
+  check_last_dim_contiguous(fn, "kv", kv);
+  check_last_dim_contiguous(fn, "indices", idx);
+  const int64_t s_q = q.shape(0), h_q = q.shape(1), d_qk = q.shape(2);
+  if (d_qk != 576 && d_qk != 512)
+    raise_value(fn, "q", "has head_dim " + std::to_string(d_qk) + ", expected 576 or 512");
+  if (d_v != kDV) raise_value(fn, "d_v", "is " + std::to_string(d_v) + ", expected 512");
+  if (indexer_topk != 0 && indexer_topk != 512 && indexer_topk != 2048)
+    raise_value(fn, "indexer_topk", "is " + std::to_string(indexer_topk) + ", expected 0, 512 or 2048");
+  if (h_q < 1) raise_value(fn, "q", "has h_q 0, expected >= 1");
+  check_shape(fn, "kv", kv, {-1, 1, d_qk}, "[s_kv, h_kv = 1, head_dim of q]");
+  check_shape(fn, "indices", idx, {s_q, 1, -1}, "[s_q, h_kv = 1, topk]");
+  if (present(sink_obj)) {
+    InArray t = import_array<InArray>(sink_obj, fn, "attn_sink");
+    check_dtype(fn, "attn_sink", t, {dt(kCodeFloat, 32)}, "float32");
+    check_device(fn, "attn_sink", t, require_cuda, &device);
+    check_shape(fn, "attn_sink", t, {h_q}, "[h_q]");
+    check_contiguous_1d(fn, "attn_sink", t);
+  }
+  if (present(topk_len_obj)) {
+    InArray t = import_array<InArray>(topk_len_obj, fn, "topk_length");
+    check_dtype(fn, "topk_length", t, {dt(kCodeInt, 32)}, "int32");
+    check_device(fn, "topk_length", t, require_cuda, &device);
+    check_shape(fn, "topk_length", t, {s_q}, "[s_q]");
+    check_contiguous_1d(fn, "topk_length", t);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host helpers over the CPU reference: FP8 cache pack/unpack, float32 -> bf16.
+
+hmla::SparseCacheLayout layout_of(int layout) {
+  if (layout != 0 && layout != 1)
+    throw nb::value_error(("hmla: layout " + std::to_string(layout) + " is not 0 (v32) or 1 (model1)").c_str());
+  return static_cast<hmla::SparseCacheLayout>(layout);
+}
+
+using HostU16In = nb::ndarray<const uint16_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+using HostU8Out2 = nb::ndarray<uint8_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using HostU8In3 = nb::ndarray<const uint8_t, nb::ndim<3>, nb::device::cpu>;
+using HostF32Out3 = nb::ndarray<float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+
+// tokens [num_blocks, page_size, d_qk] bf16 bits -> pages [num_blocks, page_bytes]
+void pack_pages(HostU16In tokens, HostU8Out2 pages, int layout_id) {
+  const auto layout = layout_of(layout_id);
+  const size_t nb_ = tokens.shape(0), ps = tokens.shape(1), d = tokens.shape(2);
+  const int d_qk = hmla::reference::sparse_cache_d_qk(layout);
+  if (d != static_cast<size_t>(d_qk))
+    throw nb::value_error(("hmla.pack_fp8_cache: the cache has head_dim " + std::to_string(d) +
+                           ", the layout needs " + std::to_string(d_qk)).c_str());
+  const int64_t page_bytes = hmla::reference::sparse_page_bytes(layout, static_cast<int>(ps));
+  if (pages.shape(0) != nb_ || static_cast<int64_t>(pages.shape(1)) != page_bytes)
+    throw nb::value_error("hmla.pack_fp8_cache: internal error: output buffer has the wrong shape");
+  std::memset(pages.data(), 0, pages.nbytes());
+  nb::gil_scoped_release release;
+  for (size_t b = 0; b < nb_; ++b) {
+    uint8_t* page = pages.data() + b * page_bytes;
+    for (size_t t = 0; t < ps; ++t)
+      hmla::reference::pack_token(layout, tokens.data() + (b * ps + t) * d, page, static_cast<int>(ps),
+                                  static_cast<int>(t));
+  }
+}
+
+// pages viewed as [num_blocks, page_size, bytes_per_token] (token stride == bytes_per_token, any
+// block stride) -> tokens [num_blocks, page_size, d_qk] float32
+void unpack_pages(HostU8In3 pages, HostF32Out3 tokens, int layout_id) {
+  const auto layout = layout_of(layout_id);
+  const size_t nb_ = pages.shape(0), ps = pages.shape(1);
+  const int64_t bpt = hmla::reference::sparse_token_bytes(layout);
+  const int d_qk = hmla::reference::sparse_cache_d_qk(layout);
+  if (static_cast<int64_t>(pages.shape(2)) != bpt)
+    throw nb::value_error(("hmla.unpack_fp8_cache: the cache has " + std::to_string(pages.shape(2)) +
+                           " bytes per token, the layout has " + std::to_string(bpt)).c_str());
+  if (pages.stride(2) != 1 || (ps > 1 && pages.stride(1) != bpt))
+    throw nb::value_error("hmla.unpack_fp8_cache: the bytes of a block must be contiguous "
+                          "(token stride == bytes per token, byte stride 1)");
+  if (tokens.shape(0) != nb_ || tokens.shape(1) != ps || tokens.shape(2) != static_cast<size_t>(d_qk))
+    throw nb::value_error("hmla.unpack_fp8_cache: internal error: output buffer has the wrong shape");
+  const int64_t block_stride = pages.stride(0);
+  nb::gil_scoped_release release;
+  for (size_t b = 0; b < nb_; ++b) {
+    const uint8_t* page = pages.data() + static_cast<int64_t>(b) * block_stride;
+    for (size_t t = 0; t < ps; ++t)
+      hmla::reference::unpack_token(layout, page, static_cast<int>(ps), static_cast<int>(t),
+                                    tokens.data() + (b * ps + t) * d_qk);
+  }
+}
+
+void float32_to_bf16(nb::ndarray<const float, nb::c_contig, nb::device::cpu> src,
+                     nb::ndarray<uint16_t, nb::c_contig, nb::device::cpu> dst) {
+  if (src.size() != dst.size()) throw nb::value_error("hmla: float32_to_bf16: size mismatch");
+  const float* s = src.data();
+  uint16_t* d = dst.data();
+  const size_t n = src.size();
+  nb::gil_scoped_release release;
+  for (size_t i = 0; i < n; ++i) d[i] = hmla::reference::float_to_bf16(s[i]);
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "hmla C++ extension (nanobind, DLPack). Use the `hmla` package, not this module.";
+
+  nb::class_<Schedule>(m, "Schedule",
+                       "The result of hmla's dense decode plan: the split of the batch over the SMs, "
+                       "kept in the metadata object's workspace.")
+      .def_prop_ro("batch", [](const Schedule& s) { return s.s.batch; })
+      .def_prop_ro("s_q", [](const Schedule& s) { return s.s.s_q; })
+      .def_prop_ro("h_q", [](const Schedule& s) { return s.s.h_q; })
+      .def_prop_ro("h_kv", [](const Schedule& s) { return s.s.h_kv; })
+      .def_prop_ro("num_sm_parts", [](const Schedule& s) { return s.s.num_sm_parts; })
+      .def_prop_ro("num_m_blocks", [](const Schedule& s) { return s.s.num_m_blocks; })
+      .def_prop_ro("workspace_ptr", [](const Schedule& s) { return reinterpret_cast<uintptr_t>(s.s.workspace); })
+      .def_prop_ro("workspace_bytes", [](const Schedule& s) { return s.s.workspace_bytes; })
+      .def_prop_ro("device", [](const Schedule& s) { return s.device; })
+      .def("__repr__", [](const Schedule& s) {
+        return "hmla.Schedule(batch=" + std::to_string(s.s.batch) + ", s_q=" + std::to_string(s.s.s_q) +
+               ", h_q=" + std::to_string(s.s.h_q) + ", h_kv=" + std::to_string(s.s.h_kv) +
+               ", num_sm_parts=" + std::to_string(s.s.num_sm_parts) + ", device=" + std::to_string(s.device) + ")";
+      });
+
+  m.def("dense_decode_workspace_bytes", &workspace_bytes, nb::arg("batch"), nb::arg("s_q"), nb::arg("h_q"),
+        nb::arg("h_kv"), nb::arg("device"), nb::arg("fn"));
+  m.def("dense_decode_plan", &plan, nb::arg("cache_seqlens"), nb::arg("s_q"), nb::arg("h_q"), nb::arg("h_kv"),
+        nb::arg("workspace"), nb::arg("stream"), nb::arg("fn"));
+  m.def("dense_decode_run", &dense_run, nb::arg("q"), nb::arg("k_cache"), nb::arg("block_table"),
+        nb::arg("cache_seqlens"), nb::arg("out"), nb::arg("lse"), nb::arg("schedule"), nb::arg("softmax_scale"),
+        nb::arg("causal"), nb::arg("stream"));
+  m.def("check_dense_decode_args", &check_dense_args, nb::arg("q"), nb::arg("k_cache"), nb::arg("block_table"),
+        nb::arg("cache_seqlens"), nb::arg("head_dim_v"), nb::arg("require_cuda"));
+  m.def("check_sparse_decode_args", &check_sparse_decode_args, nb::arg("q"), nb::arg("k_cache"),
+        nb::arg("indices"), nb::arg("topk_length").none(), nb::arg("attn_sink").none(),
+        nb::arg("extra_k_cache").none(), nb::arg("extra_indices_in_kvcache").none(),
+        nb::arg("extra_topk_length").none(), nb::arg("head_dim_v"), nb::arg("require_cuda"));
+  m.def("check_sparse_prefill_args", &check_sparse_prefill_args, nb::arg("q"), nb::arg("kv"), nb::arg("indices"),
+        nb::arg("d_v"), nb::arg("attn_sink").none(), nb::arg("topk_length").none(), nb::arg("indexer_topk"),
+        nb::arg("require_cuda"));
+
+  m.def("pack_pages", &pack_pages, nb::arg("tokens"), nb::arg("pages"), nb::arg("layout"));
+  m.def("unpack_pages", &unpack_pages, nb::arg("pages"), nb::arg("tokens"), nb::arg("layout"));
+  m.def("float32_to_bf16", &float32_to_bf16, nb::arg("src"), nb::arg("dst"));
+  m.def("sparse_token_bytes", [](int layout) { return hmla::reference::sparse_token_bytes(layout_of(layout)); });
+  m.def("sparse_page_bytes", [](int layout, int page_size) {
+    if (page_size < 1) throw nb::value_error("hmla: page_size must be >= 1");
+    return hmla::reference::sparse_page_bytes(layout_of(layout), page_size);
+  });
+  m.def("sparse_cache_d_qk", [](int layout) { return hmla::reference::sparse_cache_d_qk(layout_of(layout)); });
+  m.def("stream_synchronize", [](uintptr_t stream, int device) {
+    DeviceGuard guard(device);
+    cudaError_t err;
+    {
+      nb::gil_scoped_release release;
+      err = cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream));
+    }
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      throw std::runtime_error(std::string("hmla: cudaStreamSynchronize failed: ") + cudaGetErrorString(err));
+    }
+  }, nb::arg("stream"), nb::arg("device") = -1);
+  m.def("cuda_device_count", []() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  });
+  m.attr("DLPACK_CUDA") = kDLCUDA;
+}

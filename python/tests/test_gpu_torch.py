@@ -1,0 +1,160 @@
+"""GPU tests with PyTorch tensors: dense decode against the PyTorch float32 reference (gpu_ref.py),
+metadata reuse and planning modes, streams, strides and argument errors on real CUDA tensors."""
+
+import pytest
+
+import hmla
+from gpu_ref import assert_close, make_case, reference
+
+pytestmark = pytest.mark.gpu
+
+CASES = {
+    # name: (batch, s_q, h_q, h_kv, seqlens, page, dtype, causal, softmax_scale)
+    "decode_h128_varlen": (4, 1, 128, 1, [1, 100, 1000, 4097], 64, "bf16", False, None),
+    "mtp2_causal_lonely": (3, 2, 128, 1, [0, 1, 777], 64, "bf16", True, None),
+    "mtp4_causal_hkv2_fp16_page32": (2, 4, 16, 2, [3, 513], 32, "fp16", True, None),
+    "varlen_batch33": (33, 1, 16, 1, None, 64, "bf16", False, None),
+    "hkv4_page256_causal": (3, 3, 64, 4, [300, 2, 1200], 256, "bf16", True, None),
+    "page16_scale": (2, 1, 32, 1, [50, 1000], 16, "bf16", False, 0.1),
+    "h_q_1": (2, 1, 1, 1, [64, 65], 64, "bf16", False, None),
+    "s_q16_h8_causal": (2, 16, 8, 1, [16, 3000], 128, "bf16", True, None),
+}
+
+
+def _dtype(torch, name):
+    return torch.bfloat16 if name == "bf16" else torch.float16
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_dense_decode_matches_reference(torch_cuda, name):
+    torch = torch_cuda
+    b, s_q, h_q, h_kv, seqlens, page, dt, causal, scale = CASES[name]
+    if seqlens is None:
+        seqlens = torch.randint(0, 3000, (b,), generator=torch.Generator().manual_seed(1)).tolist()
+    dtype = _dtype(torch, dt)
+    q, k, bt, sl = make_case(torch, b, s_q, h_q, h_kv, seqlens, page=page, dtype=dtype)
+    meta, _ = hmla.get_mla_metadata()
+    out, lse = hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta, softmax_scale=scale, causal=causal)
+    assert isinstance(out, torch.Tensor) and out.device == q.device
+    assert meta.have_initialized and meta.config.b == b and meta.config.h_k == h_kv
+    ref_out, ref_lse = reference(torch, q, k, bt, sl, causal, scale)
+    assert_close(torch, out, lse, ref_out, ref_lse, dtype)
+    # reuse of the metadata (run only): same result bit for bit
+    out2, lse2 = hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta, softmax_scale=scale, causal=causal)
+    assert torch.equal(out, out2) and torch.equal(lse, lse2)
+
+
+def test_planning_modes_agree(torch_cuda):
+    torch = torch_cuda
+    b, s_q, h_q, h_kv = 8, 2, 64, 1
+    q, k, bt, sl = make_case(torch, b, s_q, h_q, h_kv, [5, 50, 500, 5000, 64, 1, 0, 129])
+    results = []
+    # FlashMLA's current style: plan on the first call
+    m1, _ = hmla.get_mla_metadata()
+    results.append(hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, m1, causal=True))
+    # the older style: workspace allocated here, plan on the first call (s_q and h_q not known apart)
+    m2, ns = hmla.get_mla_metadata(sl, s_q * h_q // h_kv, h_kv)
+    assert ns is None and m2.workspace is not None and m2.schedule is None
+    results.append(hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, m2, ns, causal=True))
+    # the full shape given: the plan runs inside get_mla_metadata
+    m3, _ = hmla.get_mla_metadata(sl, s_q * h_q // h_kv, h_kv, num_heads_q=h_q)
+    assert m3.schedule is not None and m3.schedule.s_q == s_q and m3.schedule.h_q == h_q
+    ws = m3.workspace
+    results.append(hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, m3, causal=True))
+    assert m3.workspace is ws  # not reallocated
+    for out, lse in results[1:]:
+        assert torch.equal(out, results[0][0]) and torch.equal(lse, results[0][1])
+    ref_out, ref_lse = reference(torch, q, k, bt, sl, True)
+    assert_close(torch, results[0][0], results[0][1], ref_out, ref_lse, torch.bfloat16)
+
+
+def test_replan_with_new_lengths(torch_cuda):
+    torch = torch_cuda
+    q, k, bt, sl = make_case(torch, 4, 1, 128, 1, [10, 20, 30, 40], capacity=4096, poison=False)
+    meta, _ = hmla.get_mla_metadata()
+    hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta)
+    sl.copy_(torch.tensor([4000, 1, 0, 2048], dtype=torch.int32))
+    meta.replan()  # same workspace, new lengths
+    out, lse = hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta)
+    ref_out, ref_lse = reference(torch, q, k, bt, sl, False)
+    assert_close(torch, out, lse, ref_out, ref_lse, torch.bfloat16)
+    # FlashMLA's idiom: drop the schedule, the next call plans again
+    sl.copy_(torch.tensor([1, 2, 3, 4], dtype=torch.int32))
+    meta.tile_scheduler_metadata = None
+    out, lse = hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta)
+    ref_out, ref_lse = reference(torch, q, k, bt, sl, False)
+    assert_close(torch, out, lse, ref_out, ref_lse, torch.bfloat16)
+
+
+def test_non_default_stream_and_strided_inputs(torch_cuda):
+    torch = torch_cuda
+    b, s_q, h_q = 3, 2, 32
+    q0, k0, bt, sl = make_case(torch, b, s_q, h_q, 1, [100, 2000, 7], poison=False)
+    # q as a view with padding between heads, k_cache as a view with padding between pages
+    q = torch.zeros(b, s_q, h_q, 640, dtype=q0.dtype, device="cuda")[..., :576]
+    q.copy_(q0)
+    kbig = torch.zeros(k0.shape[0], k0.shape[1] + 1, 1, 576, dtype=k0.dtype, device="cuda")
+    k = kbig[:, : k0.shape[1]]
+    k.copy_(k0)
+    assert not q.is_contiguous() and not k.is_contiguous()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        meta, _ = hmla.get_mla_metadata()
+        out, lse = hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta, causal=True)
+    torch.cuda.current_stream().wait_stream(s)
+    ref_out, ref_lse = reference(torch, q0, k0, bt, sl, True)
+    assert_close(torch, out, lse, ref_out, ref_lse, q.dtype)
+
+
+def test_errors_on_cuda_tensors(torch_cuda):
+    torch = torch_cuda
+    q, k, bt, sl = make_case(torch, 2, 1, 16, 1, [10, 20], poison=False)
+    meta, _ = hmla.get_mla_metadata()
+    with pytest.raises(ValueError, match="argument 'cache_seqlens' is on the CPU"):
+        hmla.flash_mla_with_kvcache(q, k, bt, sl.cpu(), 512, meta)
+    with pytest.raises(TypeError, match="argument 'q' has dtype float32"):
+        hmla.flash_mla_with_kvcache(q.float(), k, bt, sl, 512, meta)
+    with pytest.raises(TypeError, match="argument 'k_cache' has dtype float16"):
+        hmla.flash_mla_with_kvcache(q, k.half(), bt, sl, 512, meta)
+    with pytest.raises(ValueError, match="argument 'k_cache' has h_kv = 3"):
+        hmla.flash_mla_with_kvcache(q, k.expand(-1, -1, 3, -1), bt, sl, 512, meta)
+    with pytest.raises(ValueError, match="argument 'q' must have a contiguous last dimension"):
+        hmla.flash_mla_with_kvcache(torch.cat([q, q], -1)[..., ::2], k, bt, sl, 512, meta)
+    with pytest.raises(ValueError, match="argument 'head_dim_v'"):
+        hmla.flash_mla_with_kvcache(q, k, bt, sl, 576, meta)
+    assert not meta.have_initialized
+    hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta)
+    with pytest.raises(ValueError, match="set up for causal = False"):
+        hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta, causal=True)
+    q2, k2, bt2, sl2 = make_case(torch, 3, 1, 16, 1, [10, 20, 30], poison=False)
+    with pytest.raises(ValueError, match="set up for b = 2"):
+        hmla.flash_mla_with_kvcache(q2, k2, bt2, sl2, 512, meta)
+    with pytest.raises(NotImplementedError, match="sparse decode kernel is not implemented"):
+        kv = torch.zeros(4, 64, 1, 656, dtype=torch.float8_e4m3fn, device="cuda")
+        idx = torch.zeros(2, 1, 64, dtype=torch.int32, device="cuda")
+        hmla.flash_mla_with_kvcache(q, kv, None, None, 512, hmla.get_mla_metadata()[0], is_fp8_kvcache=True,
+                                    indices=idx)
+    with pytest.raises(NotImplementedError, match="sparse prefill kernel is not implemented"):
+        hmla.flash_mla_sparse_fwd(torch.zeros(8, 64, 576, dtype=torch.bfloat16, device="cuda"),
+                                  torch.zeros(32, 1, 576, dtype=torch.bfloat16, device="cuda"),
+                                  torch.zeros(8, 1, 64, dtype=torch.int32, device="cuda"), 0.04)
+
+
+def test_fp8_cache_view_on_gpu(torch_cuda):
+    torch = torch_cuda
+    x = torch.randn(4, 64, 1, 512).to(torch.bfloat16)
+    pages = hmla.pack_fp8_cache(x, return_pages=True).cuda()
+    view = hmla.fp8_cache_view(pages, 64, "model1")
+    assert view.is_cuda and view.shape == (4, 64, 1, 584) and view.stride() == (37440, 584, 584, 1)
+    back = hmla.unpack_fp8_cache(hmla.fp8_cache_view(pages.cpu(), 64, "model1"))
+    assert torch.equal(back, hmla.unpack_fp8_cache(hmla.pack_fp8_cache(x)))
+
+
+def test_positions_to_indices_on_gpu(torch_cuda):
+    torch = torch_cuda
+    bt = torch.tensor([[4, 2, -1], [0, 1, 3]], dtype=torch.int32, device="cuda")
+    pos = torch.tensor([[[0, 70, 130, -1]], [[5, 64, 191, 192]]], device="cuda")
+    got = hmla.positions_to_indices(pos, bt, 64)
+    assert got.is_cuda and got.dtype == torch.int32
+    assert got.tolist() == [[[256, 134, -1, -1]], [[5, 64, 255, -1]]]
