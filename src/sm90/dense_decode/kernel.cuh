@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "common/cuda_check.h"
@@ -464,11 +465,16 @@ void launch(const DenseDecodeParams& params, const DecodeSchedule& schedule, cud
   kp.lse_head_stride = params.lse_head_stride;
 
   auto kernel = dense_decode_kernel<Cfg>;
-  static bool configured = [&] {
+  // The shared-memory opt-in is per device; remember which devices have it (racing threads at
+  // worst both set it, which is harmless).
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> configured[kMaxDevices] = {};
+  int device = 0;
+  HMLA_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= kMaxDevices || !configured[device].load(std::memory_order_acquire)) {
     HMLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    return true;
-  }();
-  (void)configured;
+    if (device < kMaxDevices) configured[device].store(true, std::memory_order_release);
+  }
   dim3 grid(schedule.num_sm_parts, params.h_kv, tiling.num_m_blocks);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, k_map, kp);
   HMLA_CUDA_CHECK(cudaGetLastError());
