@@ -68,6 +68,8 @@ class FlashMLASchedMeta:
         self._key: Any = None  # fast-path key of the recorded config
         self._seqlens: Any = None  # the cache_seqlens the last plan read (for replan())
         self._plan_shape: Any = None  # (s_q, h_q, h_kv) of the last plan
+        self._workspace_fw: Any = None  # the adapter that allocated the workspace
+        self._workspace_device: Optional[int] = None
 
     # ---- FlashMLA's fields
     @property
@@ -138,7 +140,7 @@ def _plan(meta: FlashMLASchedMeta, fw: Adapter, cache_seqlens: Any, s_q: int, h_
     device = _device_of(fw, cache_seqlens, fn, "cache_seqlens")
     batch = _batch_of(cache_seqlens, fn)
     need = _C.dense_decode_workspace_bytes(batch, s_q, h_q, h_kv, device, fn)
-    if meta.workspace is None or meta.workspace_bytes < need or _workspace_device(meta) != device:
+    if meta.workspace is None or meta.workspace_bytes < need or meta._workspace_device != device:
         meta.workspace = fw.empty_bytes(need, cache_seqlens)
         meta.workspace_bytes = need
         meta._workspace_fw = fw
@@ -149,10 +151,6 @@ def _plan(meta: FlashMLASchedMeta, fw: Adapter, cache_seqlens: Any, s_q: int, h_
     meta._seqlens = cache_seqlens
     meta._plan_shape = (s_q, h_q, h_kv)
     return meta._schedule
-
-
-def _workspace_device(meta: FlashMLASchedMeta) -> Optional[int]:
-    return getattr(meta, "_workspace_device", None)
 
 
 def _batch_of(cache_seqlens: Any, fn: str) -> int:

@@ -15,7 +15,7 @@ from flash_mla import flash_mla_with_kvcache, get_mla_metadata
 
 def attention_reference(q, blocked_k, block_table, cache_seqlens, dv, causal):
     b, s_q, h_q, d = q.shape
-    block_size, h_kv = blocked_k.shape[1], blocked_k.shape[2]
+    h_kv = blocked_k.shape[2]
     out = torch.empty(b, s_q, h_q, dv, dtype=torch.float32, device=q.device)
     for i in range(b):
         n = int(cache_seqlens[i])
