@@ -486,6 +486,19 @@ void check_fp8_cache(const char* fn, const char* arg, const InArray& c, int d_qk
                              std::to_string(d_qk == 576 ? static_cast<int64_t>(c.shape(1)) * bpt : min_page));
 }
 
+// An optional 1-D per-request / per-head / per-token vector (topk_length, attn_sink, ...): dtype,
+// device, length and contiguity, each failure naming the argument.
+void check_optional_vector(const char* fn, const char* name, nb::handle obj, nb::dlpack::dtype dtype,
+                           const char* dtype_name, int64_t length, const char* shape_text,
+                           bool require_cuda, int* device) {
+  if (!present(obj)) return;
+  InArray t = import_array<InArray>(obj, fn, name);
+  check_dtype(fn, name, t, {dtype}, dtype_name);
+  check_device(fn, name, t, require_cuda, device);
+  check_shape(fn, name, t, {length}, shape_text);
+  check_contiguous_1d(fn, name, t);
+}
+
 void check_sparse_decode_args(nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj, nb::handle topk_len_obj,
                               nb::handle sink_obj, nb::handle extra_k_obj, nb::handle extra_idx_obj,
                               nb::handle extra_len_obj, int64_t head_dim_v, bool require_cuda) {
@@ -516,20 +529,8 @@ void check_sparse_decode_args(nb::handle q_obj, nb::handle k_obj, nb::handle idx
   check_shape(fn, "indices", idx, {b, s_q, -1}, "[batch, s_q, topk]");
   if (idx.shape(2) < 1) raise_value(fn, "indices", "has topk 0, expected >= 1");
 
-  if (present(topk_len_obj)) {
-    InArray t = import_array<InArray>(topk_len_obj, fn, "topk_length");
-    check_dtype(fn, "topk_length", t, {dt(kCodeInt, 32)}, "int32");
-    check_device(fn, "topk_length", t, require_cuda, &device);
-    check_shape(fn, "topk_length", t, {b}, "[batch]");
-    check_contiguous_1d(fn, "topk_length", t);
-  }
-  if (present(sink_obj)) {
-    InArray t = import_array<InArray>(sink_obj, fn, "attn_sink");
-    check_dtype(fn, "attn_sink", t, {dt(kCodeFloat, 32)}, "float32");
-    check_device(fn, "attn_sink", t, require_cuda, &device);
-    check_shape(fn, "attn_sink", t, {h_q}, "[h_q]");
-    check_contiguous_1d(fn, "attn_sink", t);
-  }
+  check_optional_vector(fn, "topk_length", topk_len_obj, dt(kCodeInt, 32), "int32", b, "[batch]", require_cuda, &device);
+  check_optional_vector(fn, "attn_sink", sink_obj, dt(kCodeFloat, 32), "float32", h_q, "[h_q]", require_cuda, &device);
   const bool have_extra = present(extra_k_obj);
   if (have_extra) {
     if (!present(extra_idx_obj))
@@ -542,13 +543,7 @@ void check_sparse_decode_args(nb::handle q_obj, nb::handle k_obj, nb::handle idx
     check_ndim(fn, "extra_indices_in_kvcache", ei, 3, "[batch, s_q, extra_topk]");
     check_last_dim_contiguous(fn, "extra_indices_in_kvcache", ei);
     check_shape(fn, "extra_indices_in_kvcache", ei, {b, s_q, -1}, "[batch, s_q, extra_topk]");
-    if (present(extra_len_obj)) {
-      InArray t = import_array<InArray>(extra_len_obj, fn, "extra_topk_length");
-      check_dtype(fn, "extra_topk_length", t, {dt(kCodeInt, 32)}, "int32");
-      check_device(fn, "extra_topk_length", t, require_cuda, &device);
-      check_shape(fn, "extra_topk_length", t, {b}, "[batch]");
-      check_contiguous_1d(fn, "extra_topk_length", t);
-    }
+    check_optional_vector(fn, "extra_topk_length", extra_len_obj, dt(kCodeInt, 32), "int32", b, "[batch]", require_cuda, &device);
   } else {
     if (present(extra_idx_obj))
       raise_value(fn, "extra_indices_in_kvcache", "is given, but extra_k_cache is None (both or neither)");
@@ -586,20 +581,8 @@ void check_sparse_prefill_args(nb::handle q_obj, nb::handle kv_obj, nb::handle i
   if (h_q < 1) raise_value(fn, "q", "has h_q 0, expected >= 1");
   check_shape(fn, "kv", kv, {-1, 1, d_qk}, "[s_kv, h_kv = 1, head_dim of q]");
   check_shape(fn, "indices", idx, {s_q, 1, -1}, "[s_q, h_kv = 1, topk]");
-  if (present(sink_obj)) {
-    InArray t = import_array<InArray>(sink_obj, fn, "attn_sink");
-    check_dtype(fn, "attn_sink", t, {dt(kCodeFloat, 32)}, "float32");
-    check_device(fn, "attn_sink", t, require_cuda, &device);
-    check_shape(fn, "attn_sink", t, {h_q}, "[h_q]");
-    check_contiguous_1d(fn, "attn_sink", t);
-  }
-  if (present(topk_len_obj)) {
-    InArray t = import_array<InArray>(topk_len_obj, fn, "topk_length");
-    check_dtype(fn, "topk_length", t, {dt(kCodeInt, 32)}, "int32");
-    check_device(fn, "topk_length", t, require_cuda, &device);
-    check_shape(fn, "topk_length", t, {s_q}, "[s_q]");
-    check_contiguous_1d(fn, "topk_length", t);
-  }
+  check_optional_vector(fn, "attn_sink", sink_obj, dt(kCodeFloat, 32), "float32", h_q, "[h_q]", require_cuda, &device);
+  check_optional_vector(fn, "topk_length", topk_len_obj, dt(kCodeInt, 32), "int32", s_q, "[s_q]", require_cuda, &device);
 }
 
 // ---------------------------------------------------------------------------------------------
