@@ -54,10 +54,10 @@ struct RowTiling {
     t.num_m_blocks = t.head_tiles * ((s_q + t.tokens_per_tile - 1) / t.tokens_per_tile);
     return t;
   }
-  HMLA_HOST_DEVICE   int first_token(int m) const { return (m / head_tiles) * tokens_per_tile; }
-  HMLA_HOST_DEVICE   int first_head(int m) const { return (m % head_tiles) * kTileRows; }
+  HMLA_HOST_DEVICE int first_token(int m) const { return (m / head_tiles) * tokens_per_tile; }
+  HMLA_HOST_DEVICE int first_head(int m) const { return (m % head_tiles) * kTileRows; }
   // Returns false for padding rows of the tile.
-  HMLA_HOST_DEVICE   bool row(int m, int r, int& token, int& head_in_kv) const {
+  HMLA_HOST_DEVICE bool row(int m, int r, int& token, int& head_in_kv) const {
     token = first_token(m) + r / heads_per_tile;
     head_in_kv = first_head(m) + r % heads_per_tile;
     return r < heads_per_tile * tokens_per_tile && token < s_q && head_in_kv < heads_per_kv;
