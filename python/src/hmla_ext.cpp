@@ -486,6 +486,18 @@ void check_fp8_cache(const char* fn, const char* arg, const InArray& c, int d_qk
                              std::to_string(d_qk == 576 ? static_cast<int64_t>(c.shape(1)) * bpt : min_page));
 }
 
+// A [batch, s_q, topk] int32 index list of the sparse decode kernels.
+InArray check_index_list(const char* fn, const char* name, nb::handle obj, int64_t batch, int64_t s_q,
+                         const char* layout, bool require_cuda, int* device) {
+  InArray idx = import_array<InArray>(obj, fn, name);
+  check_dtype(fn, name, idx, {dt(kCodeInt, 32)}, "int32");
+  check_device(fn, name, idx, require_cuda, device);
+  check_ndim(fn, name, idx, 3, layout);
+  check_last_dim_contiguous(fn, name, idx);
+  check_shape(fn, name, idx, {batch, s_q, -1}, layout);
+  return idx;
+}
+
 // An optional 1-D per-request / per-head / per-token vector (topk_length, attn_sink, ...): dtype,
 // device, length and contiguity, each failure naming the argument.
 void check_optional_vector(const char* fn, const char* name, nb::handle obj, nb::dlpack::dtype dtype,
@@ -521,12 +533,7 @@ void check_sparse_decode_args(nb::handle q_obj, nb::handle k_obj, nb::handle idx
   InArray k = import_array<InArray>(k_obj, fn, "k_cache");
   check_fp8_cache(fn, "k_cache", k, static_cast<int>(d_qk), require_cuda, &device);
 
-  InArray idx = import_array<InArray>(idx_obj, fn, "indices");
-  check_dtype(fn, "indices", idx, {dt(kCodeInt, 32)}, "int32");
-  check_device(fn, "indices", idx, require_cuda, &device);
-  check_ndim(fn, "indices", idx, 3, "[batch, s_q, topk]");
-  check_last_dim_contiguous(fn, "indices", idx);
-  check_shape(fn, "indices", idx, {b, s_q, -1}, "[batch, s_q, topk]");
+  InArray idx = check_index_list(fn, "indices", idx_obj, b, s_q, "[batch, s_q, topk]", require_cuda, &device);
   if (idx.shape(2) < 1) raise_value(fn, "indices", "has topk 0, expected >= 1");
 
   check_optional_vector(fn, "topk_length", topk_len_obj, dt(kCodeInt, 32), "int32", b, "[batch]", require_cuda, &device);
@@ -537,12 +544,8 @@ void check_sparse_decode_args(nb::handle q_obj, nb::handle k_obj, nb::handle idx
       raise_value(fn, "extra_indices_in_kvcache", "is None, but extra_k_cache is given (both or neither)");
     InArray ek = import_array<InArray>(extra_k_obj, fn, "extra_k_cache");
     check_fp8_cache(fn, "extra_k_cache", ek, static_cast<int>(d_qk), require_cuda, &device);
-    InArray ei = import_array<InArray>(extra_idx_obj, fn, "extra_indices_in_kvcache");
-    check_dtype(fn, "extra_indices_in_kvcache", ei, {dt(kCodeInt, 32)}, "int32");
-    check_device(fn, "extra_indices_in_kvcache", ei, require_cuda, &device);
-    check_ndim(fn, "extra_indices_in_kvcache", ei, 3, "[batch, s_q, extra_topk]");
-    check_last_dim_contiguous(fn, "extra_indices_in_kvcache", ei);
-    check_shape(fn, "extra_indices_in_kvcache", ei, {b, s_q, -1}, "[batch, s_q, extra_topk]");
+    check_index_list(fn, "extra_indices_in_kvcache", extra_idx_obj, b, s_q, "[batch, s_q, extra_topk]",
+                     require_cuda, &device);
     check_optional_vector(fn, "extra_topk_length", extra_len_obj, dt(kCodeInt, 32), "int32", b, "[batch]", require_cuda, &device);
   } else {
     if (present(extra_idx_obj))
