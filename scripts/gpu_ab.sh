@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B of kernel variants in one device call: for each variant file given, build hmla-bench in a copy
-# of the tree with that file in place of src/sm90/dense_decode/kernel.cuh, then time the same rows
-# with every build. The working tree's own kernel is variant "cur".
+# of the tree with that file in place of src/sm90/dense_decode/kernel.cuh (and NAME.config.h in place
+# of config.h when the variant has one), then time the same rows with every build. The working tree's own kernel is variant "cur".
 #   bash scripts/gpu_ab.sh .deps/variant/kernel_a.cuh .deps/variant/kernel_b.cuh
 # (variant files in an ignored folder travel with the device tool's `carry`). Extra rows: set
 # HMLA_AB_ROWS to lines of hmla-bench arguments (default: the quick sweep and one long memory row).
@@ -17,7 +17,11 @@ for v in "${variants[@]}"; do
   dir=/tmp/hmla_ab_$name
   rm -rf "$dir" && mkdir -p "$dir"
   cp -r CMakeLists.txt cmake include src tools tests .deps "$dir"/ 2>/dev/null
-  [ "$v" != cur ] && cp "$v" "$dir/src/sm90/dense_decode/kernel.cuh"
+  if [ "$v" != cur ]; then
+    cp "$v" "$dir/src/sm90/dense_decode/kernel.cuh"
+    # A variant NAME.cuh may bring its own NAME.config.h (the tile config it was written for).
+    [ -f "${v%.cuh}.config.h" ] && cp "${v%.cuh}.config.h" "$dir/src/sm90/dense_decode/config.h"
+  fi
   if ! { cmake -S "$dir" -B "$dir/b" -G Ninja -DHMLA_BUILD_TESTS=OFF && cmake --build "$dir/b" -j"$(nproc)" --target hmla-bench; } > "$dir/build.log" 2>&1; then
     echo "== $name: build failed"; tail -n 20 "$dir/build.log"; continue
   fi

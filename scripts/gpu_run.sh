@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The GPU job, run on the H200 through the device tool (or by hand on any Hopper machine):
 # build everything, run the gpu tests, a sanitizer subset, and the benchmark; logs and JSON go to
-# $OUT (default ./gpu-out). Usage: scripts/gpu_run.sh [all|tests|bench|sanitize|quick] [bench args...]
+# $OUT (default ./gpu-out). Usage: scripts/gpu_run.sh [all|tests|bench|sanitize|quick|check] [bench args...]
+#   check: the fast correctness subset (edge cases, API, determinism, sanitizer cases and one shard
+#          of the FlashMLA grid), the default sweep with --check, then the Python GPU suite.
 #
 # Device-tool call (from the repo root on the workstation), carrying the pinned headers:
 #   run(command="bash scripts/gpu_run.sh all", carry=[".deps/cutlass-4.2.0.0/cutlass_library/source/include",
@@ -36,7 +38,10 @@ echo "build ok"
 
 run_tests() {
   echo "== gpu tests"
-  timeout "${HMLA_TEST_TIMEOUT:-420}" build-gpu/tests/hmla_gpu_tests --gtest_brief=1 "$@" > "$OUT/gpu_tests.log" 2>&1 || status=1
+  test_rc=0
+  timeout "${HMLA_TEST_TIMEOUT:-420}" build-gpu/tests/hmla_gpu_tests --gtest_brief=1 "$@" > "$OUT/gpu_tests.log" 2>&1 || test_rc=$?
+  [ "$test_rc" -eq 0 ] || status=1
+  [ "$test_rc" -eq 124 ] && echo "gpu tests: timed out after ${HMLA_TEST_TIMEOUT:-420} s (a hang?)"
   grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/gpu_tests.log" | tail -n 40
   echo "== cpu tests"
   build-gpu/tests/hmla_cpu_tests --gtest_brief=1 > "$OUT/cpu_tests.log" 2>&1 || status=1
@@ -57,12 +62,34 @@ run_bench() {
   tail -n 5 "$OUT/bench.err"
 }
 
+run_check() {
+  run_tests --gtest_filter='*Edge*:*Api*:*Device*:*Sanitizer*:*Determinism*:*CacheStrides*'
+  mv "$OUT/gpu_tests.log" "$OUT/gpu_tests_subset.log"
+  if [ "$test_rc" -eq 124 ]; then tail -n 20 "$OUT/gpu_tests_subset.log"; return; fi
+  GTEST_TOTAL_SHARDS=16 GTEST_SHARD_INDEX=${HMLA_GRID_SHARD:-5} run_tests --gtest_filter='FlashMLAGrid*'
+  run_bench --sweep default --check "$@"
+  echo "== python gpu tests"
+  timeout "${HMLA_PY_TIMEOUT:-360}" bash scripts/run_python_tests.sh gpu > "$OUT/python_all.log" 2>&1 || status=1
+  grep -E "passed|failed|error|overhead|us per call|Error" "$OUT/python_all.log" | tail -n 25
+}
+# The device tool brings back at most 8 files: past 7, logs travel as one archive beside the JSON.
+pack_logs() {
+  local n
+  n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+  if [ "$n" -gt 7 ]; then
+    (cd "$OUT" && tar czf /tmp/hmla_logs.tgz --exclude='*.json' --exclude='logs.tgz' . &&
+     find . -maxdepth 1 -type f ! -name '*.json' -delete && mv /tmp/hmla_logs.tgz logs.tgz)
+  fi
+}
+trap pack_logs EXIT
+
 case "$mode" in
+  check) run_check "$@" ;;
   all) run_tests; run_sanitizer; run_bench --sweep default --check "$@" ;;
   tests) run_tests "$@" ;;
   sanitize) run_sanitizer ;;
   bench) run_bench "$@" ;;
   quick) run_tests --gtest_filter='*Sanitizer*:*Device*'; run_bench --sweep quick --check "$@" ;;
-  *) echo "unknown mode '$mode' (all|tests|bench|sanitize|quick)"; exit 2 ;;
+  *) echo "unknown mode '$mode' (all|tests|bench|sanitize|quick|check)"; exit 2 ;;
 esac
 exit $status
