@@ -10,9 +10,7 @@
 namespace hmla::detail {
 namespace {
 
-constexpr int kCombineThreads = 128;    // 4 columns each: one 512-column row per pass
-constexpr int kMaxCombineCtas = 512;    // persistent CTAs looping over (split request, row) items
-constexpr int kWeightsInSmem = 256;     // pieces whose weights are staged in shared memory
+constexpr int kCombineWarps = 4;  // one query row per CTA, 4 columns per thread: small batches spread wide
 
 template <typename Element>
 __device__ __forceinline__ void store4(Element* dst, float a, float b, float c, float d);
@@ -29,74 +27,55 @@ __device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, fl
   *reinterpret_cast<uint2*>(dst) = v;
 }
 
-// Persistent CTAs take (split request, kv head, query row) items in turn: the number of split
-// requests is only known on the device, and launching one CTA per possible item left thousands of
-// CTAs with nothing to do. Per item, every warp reduces the pieces' LSEs (redundantly: n is small),
-// the weights go to shared memory, then each thread merges 4 columns of every piece with loads that
-// do not wait on each other.
+// Grid: (split request slot, kv head, query row of the tiles). Every warp reduces the pieces'
+// LSEs (redundantly: n is small), then each thread merges 4 columns so the loads stay coalesced.
 template <typename Element>
-__global__ void __launch_bounds__(kCombineThreads) combine_kernel(CombineParams p) {
-  __shared__ float weight[kWeightsInSmem];
+__global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombineParams p) {
   dev::pdl_wait_for_prerequisites();
   const int count = p.split_list[0];
-  const int rows = p.tiling.num_m_blocks * kTileRows;
-  const int items = count * p.h_kv * rows;
+  if (static_cast<int>(blockIdx.x) >= count) return;
+  const int req = p.split_list[1 + blockIdx.x];
+  const int kv = blockIdx.y;
+  const int m = blockIdx.z / kTileRows;
+  const int r = blockIdx.z % kTileRows;
   const int lane = threadIdx.x % 32;
-  const size_t rows_per_slot = static_cast<size_t>(p.h_kv) * rows;
-  const size_t slot_stride = rows_per_slot * p.d_v;
-  const int col = threadIdx.x * 4;
+  int token, head_in_kv;
+  if (!p.tiling.row(m, r, token, head_in_kv)) return;
 
-  for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    const int req = p.split_list[1 + item / (p.h_kv * rows)];
-    const int kv = (item / rows) % p.h_kv;
-    const int m = (item % rows) / kTileRows;
-    const int r = item % kTileRows;
-    int token, head_in_kv;
-    if (!p.tiling.row(m, r, token, head_in_kv)) continue;  // padding row: the same for the whole CTA
+  const int n = p.req_num_splits[req];
+  const int base = p.req_split_base[req];
+  const size_t rows_per_slot = static_cast<size_t>(p.h_kv) * p.tiling.num_m_blocks * kTileRows;
+  const size_t row = (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * kTileRows + r;
+  const float* lse_of = p.lse_accum + static_cast<size_t>(base) * rows_per_slot + row;
 
-    const int n = p.req_num_splits[req];
-    const int base = p.req_split_base[req];
-    const size_t row = (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * kTileRows + r;
-    const float* lse_of = p.lse_accum + static_cast<size_t>(base) * rows_per_slot + row;
-
-    float max_lse = -INFINITY;
-    for (int s = lane; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * rows_per_slot]);
-    for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
-    float sum = 0.f;
-    if (max_lse != -INFINITY) {
-      for (int s = lane; s < n; s += 32) sum += __expf(lse_of[s * rows_per_slot] - max_lse);
-    }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    // A piece with no visible key has LSE -inf; a row with none in any piece gets out 0, LSE +inf.
-    const float lse = sum > 0.f ? max_lse + logf(sum) : INFINITY;
-
-    const int staged = n < kWeightsInSmem ? n : kWeightsInSmem;
-    __syncthreads();  // the previous item's readers are done with weight[]
-    for (int s = threadIdx.x; s < staged; s += kCombineThreads)
-      weight[s] = sum > 0.f ? __expf(lse_of[s * rows_per_slot] - lse) : 0.f;  // exp(-inf) = 0: empty piece
-    __syncthreads();
-
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (sum > 0.f && col < p.d_v) {
-      const float* src = p.o_accum + (static_cast<size_t>(base) * rows_per_slot + row) * p.d_v + col;
-#pragma unroll 16
-      for (int s = 0; s < staged; ++s) {
-        const float w = weight[s];
-        const float4 v = *reinterpret_cast<const float4*>(src + s * slot_stride);
-        acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
-      }
-      for (int s = staged; s < n; ++s) {  // more pieces than staged weights (more SMs than 256)
-        const float w = __expf(lse_of[s * rows_per_slot] - lse);
-        const float4 v = *reinterpret_cast<const float4*>(src + s * slot_stride);
-        acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
-      }
-    }
-    const int head = kv * p.tiling.heads_per_kv + head_in_kv;
-    Element* dst = static_cast<Element*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
-                   head * p.out_head_stride;
-    if (col < p.d_v) store4<Element>(dst + col, acc.x, acc.y, acc.z, acc.w);
-    if (threadIdx.x == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
+  float max_lse = -INFINITY;
+  for (int s = lane; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * rows_per_slot]);
+  for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
+  float sum = 0.f;
+  if (max_lse != -INFINITY) {
+    for (int s = lane; s < n; s += 32) sum += __expf(lse_of[s * rows_per_slot] - max_lse);
   }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  // A piece with no visible key has LSE -inf; a row with none in any piece gets out 0, LSE +inf.
+  const float lse = sum > 0.f ? max_lse + logf(sum) : INFINITY;
+
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int col = threadIdx.x * 4;
+  if (sum > 0.f && col < p.d_v) {
+    const float* src = p.o_accum + (static_cast<size_t>(base) * rows_per_slot + row) * p.d_v + col;
+    const size_t slot_stride = rows_per_slot * p.d_v;
+#pragma unroll 8
+    for (int s = 0; s < n; ++s) {
+      const float w = __expf(lse_of[s * rows_per_slot] - lse);  // exp(-inf) = 0 for empty pieces
+      const float4 v = *reinterpret_cast<const float4*>(src + s * slot_stride);
+      acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+    }
+  }
+  const int head = kv * p.tiling.heads_per_kv + head_in_kv;
+  Element* dst = static_cast<Element*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
+                 head * p.out_head_stride;
+  if (col < p.d_v) store4<Element>(dst + col, acc.x, acc.y, acc.z, acc.w);
+  if (threadIdx.x == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
 }
 
 }  // namespace
@@ -104,11 +83,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(CombineParams 
 template <typename Element>
 void launch_combine(const CombineParams& params, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
-  // At most num_sm_parts requests are split (one per part boundary).
-  const long long max_items =
-      static_cast<long long>(params.num_sm_parts) * params.h_kv * params.tiling.num_m_blocks * kTileRows;
-  config.gridDim = dim3(static_cast<unsigned>(max_items < kMaxCombineCtas ? max_items : kMaxCombineCtas));
-  config.blockDim = dim3(kCombineThreads);
+  config.gridDim = dim3(params.num_sm_parts, params.h_kv, params.tiling.num_m_blocks * kTileRows);
+  config.blockDim = dim3(kCombineWarps * 32);
   config.dynamicSmemBytes = 0;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
