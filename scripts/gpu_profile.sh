@@ -1,25 +1,50 @@
 #!/usr/bin/env bash
-# Where does the dense decode kernel spend its time? Builds hmla-bench (build-gpu/, as
-# scripts/gpu_run.sh does), then on one bench row:
-#   - Nsight Compute: speed-of-light, tensor-pipe use, warp-state (stall) breakdown;
-#   - the SASS lines with the most stall samples (warp-state sampling, all samples);
-#   - the kernel's wgmma / barrier instruction sequence from cuobjdump (serialised wgmmas show up
-#     as WARPGROUP.DEPBAR / WARPGROUP.ARRIVE between HGMMA instructions).
-# Usage: scripts/gpu_profile.sh [hmla-bench dense-decode arguments]
-#   default row: --b 128 --s-q 2 --h-q 128 --s-k 8192 (compute-bound, anchored)
-# Output: $OUT/profile.txt (summary), $OUT/profile.ncu-rep (open in the Nsight Compute GUI).
+# Where does a dense decode call spend its time? Builds hmla-bench (build-gpu/, as scripts/gpu_run.sh
+# does), then one of:
+#   stalls [row args]    on one bench row: Nsight Compute speed-of-light, warp-state (stall)
+#                        breakdown, the SASS lines with the most stall samples, and the kernel's
+#                        wgmma / barrier sequence from cuobjdump (serialised wgmmas show up as
+#                        WARPGROUP.DEPBAR / WARPGROUP.ARRIVE between HGMMA instructions).
+#                        Default row: --b 128 --s-q 2 --h-q 128 --s-k 8192 (compute-bound, anchored).
+#                        Output: $OUT/profile.txt, $OUT/profile.ncu-rep (Nsight Compute GUI).
+#   breakdown ["row" ...] GPU time of each kernel of one call (plan, attention, combine) through
+#                        gpu__time_duration (kernels serialised: no programmatic-launch overlap).
+#                        Default rows: the small-batch anchors (b = 1, 8, 32; h_q 128; s_k 8192).
+#                        Output: $OUT/breakdown.txt.
+# Usage: scripts/gpu_profile.sh stalls|breakdown [...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PATH="/usr/local/cuda/bin:$PATH"
-row=("$@")
-[ ${#row[@]} -eq 0 ] && row=(--b 128 --s-q 2 --h-q 128 --s-k 8192)
+mode=${1:-stalls}
+shift || true
+case "$mode" in stalls|breakdown) ;; *) echo "usage: $0 stalls|breakdown [...]" >&2; exit 2 ;; esac
 
 if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j"$(nproc)" --target hmla-bench; } \
      > "$OUT/profile_build.log" 2>&1; then
   tail -n 40 "$OUT/profile_build.log"; exit 1
 fi
+
+if [ "$mode" = breakdown ]; then
+  rows=("$@")
+  [ ${#rows[@]} -eq 0 ] && rows=("--b 1 --h-q 128 --s-k 8192" "--b 8 --h-q 128 --s-k 8192" "--b 32 --h-q 128 --s-k 8192")
+  for row in "${rows[@]}"; do
+    echo "== $row"
+    # shellcheck disable=SC2086
+    timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum \
+      --kernel-name regex:'dense_decode_kernel|combine_kernel|decode_scheduler_kernel' --launch-count 24 \
+      build-gpu/tools/hmla-bench/hmla-bench dense-decode $row --no-ceilings --no-backlog --warmup 2 --iters 8 \
+      --rotate-mib 1 2>&1 |
+      awk '/\) \(/ && /Context/ {line = $0; sub(/^ +(void )?/, "", line); gsub(/\(anonymous namespace\)::/, "", line); sub(/[<(].*/, "", line); name = line}
+           /gpu__time_duration.sum/ {t[name] = t[name] " " $NF $(NF-1)}
+           END {for (k in t) print "  " k ":" t[k]}'
+  done | tee "$OUT/breakdown.txt"
+  exit 0
+fi
+
+row=("$@")
+[ ${#row[@]} -eq 0 ] && row=(--b 128 --s-q 2 --h-q 128 --s-k 8192)
 report="$OUT/profile"
 timeout 300 ncu --clock-control none --kernel-name regex:dense_decode_kernel --launch-skip 3 --launch-count 1 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
@@ -31,10 +56,10 @@ timeout 300 ncu --clock-control none --kernel-name regex:dense_decode_kernel --l
   ncu --import "$report.ncu-rep" --page details 2>&1
   echo "== warp stall reasons"
   ncu --import "$report.ncu-rep" --page raw --csv 2>/dev/null > /tmp/hmla_raw.csv
-  python3 scripts/profile/stalls.py /tmp/hmla_raw.csv
+  python3 scripts/profile/ncu_csv.py stalls /tmp/hmla_raw.csv
   echo "== SASS lines with the most warp stall samples"
   ncu --import "$report.ncu-rep" --page source --print-source sass --csv 2>/dev/null > /tmp/hmla_source.csv
-  python3 scripts/profile/hot_sass.py /tmp/hmla_source.csv
+  python3 scripts/profile/ncu_csv.py hot /tmp/hmla_source.csv
   echo "== wgmma / barrier sequence (cuobjdump)"
   cuobjdump -sass build-gpu/libhmla.a 2>/dev/null |
     awk '/Function : /{on = ($0 ~ /dense_decode_kernel/ && $0 ~ /bfloat16/)} on' |
