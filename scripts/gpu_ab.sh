@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# A/B of kernel variants in one device call: for each variant file given, build hmla-bench in a copy
-# of the tree with that file in place of src/sm90/dense_decode/kernel.cuh (and NAME.config.h in place
-# of config.h when the variant has one), then time the same rows with every build. The working tree's own kernel is variant "cur".
-#   bash scripts/gpu_ab.sh .deps/variant/kernel_a.cuh .deps/variant/kernel_b.cuh
-# (variant files in an ignored folder travel with the device tool's `carry`). Extra rows: set
-# HMLA_AB_ROWS to lines of hmla-bench arguments (default: the quick sweep and one long memory row).
+# A/B of variants in one device call: each variant is built (all in parallel) in its own copy of
+# the tree, then the same rows are timed with every build, one variant after the other. The
+# working tree itself is variant "cur". A variant is
+#   NAME.patch  a diff against the working tree (git diff / git format-patch), applied with git apply;
+#   NAME.cuh    a file put in place of src/sm90/dense_decode/kernel.cuh (with NAME.config.h, when
+#               present, in place of config.h).
+#   bash scripts/gpu_ab.sh .deps/variant/a.patch .deps/variant/b.cuh
+# (variant files in an ignored folder travel with the device tool's `carry`). Rows: HMLA_AB_ROWS,
+# lines of hmla-bench arguments (default: the quick sweep and one long memory-bound row).
+# Each build is left in /tmp/hmla_ab_NAME/b for commands that follow in the same call.
 set -u
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -12,22 +16,38 @@ anchors=${HMLA_ANCHORS:-$PWD/.deps/anchors/flashmla-h200.json}
 rows=${HMLA_AB_ROWS:-"--sweep quick
 dense-decode --b 128 --h-q 16 --s-k 32768"}
 variants=(cur "$@")
-for v in "${variants[@]}"; do
-  name=$(basename "$v" .cuh)
+jobs_per_build=$(( $(nproc) / ${#variants[@]} ))
+[ "$jobs_per_build" -ge 2 ] || jobs_per_build=2
+
+build_variant() {
+  local v=$1 name dir
+  name=$(basename "${v%.*}")
+  [ "$v" = cur ] || v=$(realpath "$v")
   dir=/tmp/hmla_ab_$name
   rm -rf "$dir" && mkdir -p "$dir"
   cp -r CMakeLists.txt cmake include src tools tests .deps "$dir"/ 2>/dev/null
-  if [ "$v" != cur ]; then
-    cp "$v" "$dir/src/sm90/dense_decode/kernel.cuh"
-    # A variant NAME.cuh may bring its own NAME.config.h (the tile config it was written for).
-    [ -f "${v%.cuh}.config.h" ] && cp "${v%.cuh}.config.h" "$dir/src/sm90/dense_decode/config.h"
-  fi
-  if ! { cmake -S "$dir" -B "$dir/b" -G Ninja -DHMLA_BUILD_TESTS=OFF && cmake --build "$dir/b" -j"$(nproc)" --target hmla-bench; } > "$dir/build.log" 2>&1; then
-    echo "== $name: build failed"; tail -n 20 "$dir/build.log"; continue
-  fi
+  case "$v" in
+    cur) ;;
+    *.patch) (cd "$dir" && git apply "$v") || { echo "== $name: patch does not apply"; return 1; } ;;
+    *.cuh)
+      cp "$v" "$dir/src/sm90/dense_decode/kernel.cuh"
+      [ -f "${v%.cuh}.config.h" ] && cp "${v%.cuh}.config.h" "$dir/src/sm90/dense_decode/config.h" ;;
+    *) echo "== $name: unknown variant kind (.patch or .cuh)"; return 1 ;;
+  esac
+  { cmake -S "$dir" -B "$dir/b" -G Ninja -DHMLA_BUILD_TESTS=OFF &&
+    cmake --build "$dir/b" -j"$jobs_per_build" --target hmla-bench; } > "$dir/build.log" 2>&1 ||
+    { echo "== $name: build failed"; tail -n 20 "$dir/build.log"; return 1; }
+}
+
+for v in "${variants[@]}"; do build_variant "$v" & done
+wait
+for v in "${variants[@]}"; do
+  name=$(basename "${v%.*}")
+  bench=/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench
+  [ -x "$bench" ] || continue
   echo "== $name"
   while IFS= read -r args; do
     # shellcheck disable=SC2086
-    "$dir/b/tools/hmla-bench/hmla-bench" $args --no-ceilings --anchors "$anchors" 2>/dev/null | grep -E '^ +[0-9]'
+    "$bench" $args --no-ceilings --anchors "$anchors" 2>/dev/null | grep -E '^ +[0-9]'
   done <<< "$rows"
 done
