@@ -206,6 +206,13 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           // This warpgroup scores the tile: S = Q K^T over d_qk = 576.
           Tensor sK = make_tensor(make_smem_ptr(tile), typename Cfg::SmemLayoutK{});
           Tensor tSrK = thr_s.partition_fragment_B(sK);
+          // Retire this warpgroup's P V of tile g - 1 before issuing S and release its stage at
+          // once: the load of tile g + 1 then overlaps S, the softmax and P V of this tile instead
+          // of starting after S (with two stages, that load is the critical path). The tensor
+          // pipe stays busy meanwhile with the other warpgroup's half of P V.
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tOrO);
+          if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
           dev::mbar_wait(&smem.k_full[stage], phase);
           warpgroup_fence_operand(tSrS);
           warpgroup_arrive();
@@ -216,10 +223,8 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             mma_s.accumulate_ = GMMA::ScaleOut::One;
           }
           warpgroup_commit_batch();
-          warpgroup_wait<0>();  // also retires this warpgroup's P V of tile g - 1
+          warpgroup_wait<0>();
           warpgroup_fence_operand(tSrS);
-          warpgroup_fence_operand(tOrO);
-          if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
 
           if (token0 + Cfg::kBlockN > mask_from) {
             CUTE_UNROLL
