@@ -225,6 +225,9 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           warpgroup_commit_batch();
           warpgroup_wait<0>();
           warpgroup_fence_operand(tSrS);
+          // Q is read by S only: after the request's last S the producer may load the next Q
+          // while the last P V and the epilogue run.
+          if (u + 1 == u1) dev::mbar_arrive(&smem.q_empty);
 
           if (token0 + Cfg::kBlockN > mask_from) {
             CUTE_UNROLL
@@ -277,6 +280,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           warpgroup_wait<0>();  // retires this warpgroup's P V of tile g - 1
           warpgroup_fence_operand(tOrO);
           if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
+          if (u + 1 == u1) dev::mbar_arrive(&smem.q_empty);  // this warpgroup's last S is done
           dev::named_barrier_sync(kBarrierPReady + stage, Cfg::kConsumerThreads);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -308,7 +312,6 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       dev::mbar_arrive(&smem.k_empty[(g - 1) & 1]);
-      dev::mbar_arrive(&smem.q_empty);
     }
 
     float inv[2], lse[2];
