@@ -99,6 +99,20 @@ __device__ __forceinline__ void pdl_wait_for_prerequisites() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
+// ---- math and shared-memory stores on the softmax path ----
+// 2^x on the MUFU unit with denormal results flushed to zero: exp2f without fast-math adds a
+// range check and two multiplies per call to keep denormals, which a probability never needs.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// A 32-bit store to a shared-memory address (from smem_addr), for addresses computed by hand
+// (swizzles): a pointer rebuilt from an integer would compile to a generic 64-bit store.
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t value) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(value) : "memory");
+}
+
 __device__ __forceinline__ bool elect_one_in_warp() { return (threadIdx.x & 31) == 0; }
 
 }  // namespace hmla::dev

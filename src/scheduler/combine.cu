@@ -27,8 +27,11 @@ __device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, fl
   *reinterpret_cast<uint2*>(dst) = v;
 }
 
-// Grid: (split request slot, kv head, query row of the tiles). Every warp reduces the pieces'
-// LSEs (redundantly: n is small), then each thread merges 4 columns so the loads stay coalesced.
+// Grid: (split request, kv head, query row of that head: token-major). The number of split
+// requests is known only on the device; only real query rows get a CTA (tiles padded to 64 rows
+// would launch 4x more CTAs for h_q = 16, and those idle CTAs cost more than the merge itself). Every warp reduces the
+// pieces' LSEs (redundantly: n is small), then each thread merges 4 columns so the loads stay
+// coalesced.
 template <typename Element>
 __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombineParams p) {
   dev::pdl_wait_for_prerequisites();
@@ -36,11 +39,12 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
   if (static_cast<int>(blockIdx.x) >= count) return;
   const int req = p.split_list[1 + blockIdx.x];
   const int kv = blockIdx.y;
-  const int m = blockIdx.z / kTileRows;
-  const int r = blockIdx.z % kTileRows;
+  const int token = blockIdx.z / p.tiling.heads_per_kv;
+  const int head_in_kv = blockIdx.z % p.tiling.heads_per_kv;
+  // The tile and tile row that hold (token, head_in_kv): the inverse of RowTiling::row.
+  const int m = (token / p.tiling.tokens_per_tile) * p.tiling.head_tiles + head_in_kv / kTileRows;
+  const int r = (token % p.tiling.tokens_per_tile) * p.tiling.heads_per_tile + head_in_kv % kTileRows;
   const int lane = threadIdx.x % 32;
-  int token, head_in_kv;
-  if (!p.tiling.row(m, r, token, head_in_kv)) return;
 
   const int n = p.req_num_splits[req];
   const int base = p.req_split_base[req];
@@ -83,7 +87,10 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
 template <typename Element>
 void launch_combine(const CombineParams& params, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(params.num_sm_parts, params.h_kv, params.tiling.num_m_blocks * kTileRows);
+  // x: one slot per part (the split requests are at most that many). Cutting x to
+  // min(parts, batch) made b = 1 slower by 8 us end to end (measured on the H200, session 3),
+  // although the kernel alone got faster; kept at num_sm_parts until that is understood.
+  config.gridDim = dim3(params.num_sm_parts, params.h_kv, params.tiling.s_q * params.tiling.heads_per_kv);
   config.blockDim = dim3(kCombineWarps * 32);
   config.dynamicSmemBytes = 0;
   config.stream = stream;

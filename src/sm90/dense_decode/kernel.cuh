@@ -116,7 +116,7 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
 }
 
 // Named barriers of the consumers (0 is __syncthreads).
-constexpr int kBarrierPReady = 1;     // + stage: scorer arrives, the other warpgroup waits
+constexpr int kBarrierPReady = 1;     // + stage: both consumers, once the scorer's P is in smem
 constexpr int kBarrierWarpgroup = 3;  // + warpgroup: the 128 threads of one consumer
 
 // Zeroes this warpgroup's V rows [valid, 64) of a tail tile: those cache rows lie past the
@@ -206,6 +206,13 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           // This warpgroup scores the tile: S = Q K^T over d_qk = 576.
           Tensor sK = make_tensor(make_smem_ptr(tile), typename Cfg::SmemLayoutK{});
           Tensor tSrK = thr_s.partition_fragment_B(sK);
+          // Retire this warpgroup's P V of tile g - 1 before issuing S and release its stage at
+          // once: the load of tile g + 1 then overlaps S, the softmax and P V of this tile instead
+          // of starting after S (with two stages, that load is the critical path). The tensor
+          // pipe stays busy meanwhile with the other warpgroup's half of P V.
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tOrO);
+          if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
           dev::mbar_wait(&smem.k_full[stage], phase);
           warpgroup_fence_operand(tSrS);
           warpgroup_arrive();
@@ -216,10 +223,11 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             mma_s.accumulate_ = GMMA::ScaleOut::One;
           }
           warpgroup_commit_batch();
-          warpgroup_wait<0>();  // also retires this warpgroup's P V of tile g - 1
+          warpgroup_wait<0>();
           warpgroup_fence_operand(tSrS);
-          warpgroup_fence_operand(tOrO);
-          if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
+          // Q is read by S only: after the request's last S the producer may load the next Q
+          // while the last P V and the epilogue run.
+          if (u + 1 == u1) dev::mbar_arrive(&smem.q_empty);
 
           if (token0 + Cfg::kBlockN > mask_from) {
             CUTE_UNROLL
@@ -238,18 +246,25 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
             new_m[h] = fmaxf(row_m[h], block_max[h] * p.scale_log2);
             base[h] = new_m[h] == -INFINITY ? 0.f : new_m[h];  // no key yet: P stays 0
-            scale[h] = exp2f(row_m[h] - base[h]);
+            scale[h] = dev::exp2_ftz(row_m[h] - base[h]);
           }
           float block_sum[2] = {0.f, 0.f};
-          Tensor sP = make_tensor(make_smem_ptr(p_tile), typename Cfg::SmemLayoutP{});
+          // P goes to smem in SmemLayoutP (128-byte swizzle: the 16-byte column group j of row r
+          // sits at group j ^ (r % 8)). Each thread's two rows share r % 8 = lane / 4, so the
+          // address of group j is one XOR away from a per-row base, computed here in 32 bits
+          // (CuTe's swizzled pointer would turn these into generic 64-bit stores).
+          uint32_t p_row_addr[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            p_row_addr[h] = dev::smem_addr(p_tile) + rows[h] * (Cfg::kBlockN * 2) + (lane % 4) * 4 + ((lane / 4) << 4);
           CUTE_UNROLL
           for (int i = 0; i < size(tSrS); i += 2) {
             const int h = (i / 2) % 2;
-            const float a = exp2f(tSrS(i) * p.scale_log2 - base[h]);
-            const float b = exp2f(tSrS(i + 1) * p.scale_log2 - base[h]);
+            const float a = dev::exp2_ftz(tSrS(i) * p.scale_log2 - base[h]);
+            const float b = dev::exp2_ftz(tSrS(i + 1) * p.scale_log2 - base[h]);
             block_sum[h] += a + b;
-            *reinterpret_cast<typename Native::pair*>(&sP(frag_row(i, warp_in_wg, lane), frag_col(i, lane))) =
-                Native::make(a, b);
+            typename Native::pair packed = Native::make(a, b);
+            dev::st_shared_u32(p_row_addr[h] ^ ((i / 4) << 4), *reinterpret_cast<uint32_t*>(&packed));
           }
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -265,13 +280,15 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           }
           if (valid < Cfg::kBlockN) zero_tail_rows<Cfg>(tile, valid, wg, wtid);
           dev::fence_proxy_async_smem();
-          dev::named_barrier_sync(kBarrierWarpgroup + wg, 128);
-          dev::named_barrier_arrive(kBarrierPReady + stage, Cfg::kConsumerThreads);
+          // One barrier of both consumers publishes P to the other warpgroup and to this one's
+          // own P V (the other consumer is normally waiting here already).
+          dev::named_barrier_sync(kBarrierPReady + stage, Cfg::kConsumerThreads);
         } else {
           // The other warpgroup scores this tile; take its P and statistics.
           warpgroup_wait<0>();  // retires this warpgroup's P V of tile g - 1
           warpgroup_fence_operand(tOrO);
           if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
+          if (u + 1 == u1) dev::mbar_arrive(&smem.q_empty);  // this warpgroup's last S is done
           dev::named_barrier_sync(kBarrierPReady + stage, Cfg::kConsumerThreads);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -286,9 +303,13 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           }
         }
 
-        // O = O * scale + P V over the tile's 64 tokens, left in flight.
-        CUTE_UNROLL
-        for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= scale[(i / 2) % 2];
+        // O = O * scale + P V over the tile's 64 tokens, left in flight. Once the running max
+        // settles, the scale is exactly 1 for every row of a warp on most tiles: skip the 128
+        // multiplies then (they sit on the path between the softmax and the next P V).
+        if (__any_sync(0xffffffffu, scale[0] != 1.f || scale[1] != 1.f)) {
+          CUTE_UNROLL
+          for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= scale[(i / 2) % 2];
+        }
         Tensor sP = make_tensor(make_smem_ptr(p_tile), typename Cfg::SmemLayoutP{});
         Tensor sVt = make_tensor(make_smem_ptr(tile), typename Cfg::SmemLayoutVt{});
         Tensor tOrP = thr_o.partition_fragment_A(sP);
@@ -303,7 +324,6 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       dev::mbar_arrive(&smem.k_empty[(g - 1) & 1]);
-      dev::mbar_arrive(&smem.q_empty);
     }
 
     float inv[2], lse[2];
