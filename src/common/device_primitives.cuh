@@ -113,6 +113,16 @@ __device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(value) : "memory");
 }
 
+// A 16-byte load from a shared-memory address (from smem_addr).
+__device__ __forceinline__ uint4 ld_shared_u128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
 __device__ __forceinline__ bool elect_one_in_warp() { return (threadIdx.x & 31) == 0; }
 
 }  // namespace hmla::dev
