@@ -32,11 +32,16 @@ __device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, fl
 // would launch 4x more CTAs for h_q = 16, and those idle CTAs cost more than the merge itself).
 // Every warp reduces the pieces' LSEs (redundantly: n is small), then each thread merges 4
 // columns so the loads stay coalesced.
+//
+// The split list comes from the plan, which finished before the attention kernel started (that
+// launch does not overlap its predecessor), so it is read before waiting for the attention kernel:
+// the CTAs without a split request (most of them; all of them when no request is split) retire
+// while the attention kernel still runs instead of being launched one after another after it.
 template <typename Element>
 __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombineParams p) {
-  dev::pdl_wait_for_prerequisites();
   const int count = p.split_list[0];
   if (static_cast<int>(blockIdx.x) >= count) return;
+  dev::pdl_wait_for_prerequisites();
   const int req = p.split_list[1 + blockIdx.x];
   const int kv = blockIdx.y;
   const int token = blockIdx.z / p.tiling.heads_per_kv;
