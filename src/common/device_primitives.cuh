@@ -123,6 +123,13 @@ __device__ __forceinline__ uint4 ld_shared_u128(uint32_t addr) {
   return v;
 }
 
+// A 32-bit load from a shared-memory address (from smem_addr).
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ bool elect_one_in_warp() { return (threadIdx.x & 31) == 0; }
 
 }  // namespace hmla::dev

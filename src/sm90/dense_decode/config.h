@@ -48,6 +48,15 @@ struct Config {
   using MmaS = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>>(),
       Layout<Shape<_1, _1, _1>>{}));
+  // The last kQRegChunks 64-column chunks of Q are held in registers (the A operand of an RS
+  // wgmma): S is bound by shared-memory reads (64 x 16 of Q and 64 x 16 of K per wgmma), and each
+  // chunk in registers removes 8 KB of the 144 KB S reads per tile for 16 registers per thread
+  // (two chunks spill at 232 registers).
+  static constexpr int kQRegChunks = 1;
+  static constexpr int kQSmemChunks = kChunks - kQRegChunks;
+  using MmaSr = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>>(),
+      Layout<Shape<_1, _1, _1>>{}));
   // O += P V: each consumer warpgroup owns 256 of the 512 output columns.
   using MmaO = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float,

@@ -154,6 +154,15 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
   auto thr_s = mma_s.get_thread_slice(wtid);
   auto thr_o = mma_o.get_thread_slice(ctid);
   Tensor tSrQ = thr_s.partition_fragment_A(sQ);
+  typename Cfg::MmaSr mma_sr;
+  auto thr_sr = mma_sr.get_thread_slice(wtid);
+  constexpr int kKStepsPerChunk = Cfg::kChunkCols / 16;
+  constexpr int kSmemKSteps = Cfg::kQSmemChunks * kKStepsPerChunk;
+  // Registers of the last Q chunks: the RS A fragment of a (64, 64 * kQRegChunks) slice.
+  Tensor tSrQr = thr_sr.partition_fragment_A(make_tensor(
+      make_smem_ptr(smem.q + Cfg::kQSmemChunks * kChunkElems),
+      tile_to_shape(typename Cfg::SmemAtom{}, Shape<Int<Cfg::kBlockM>, Int<Cfg::kQRegChunks * Cfg::kChunkCols>>{})));
+  static_assert(decltype(size<2>(tSrQr))::value == Cfg::kQRegChunks * kKStepsPerChunk, "Q register k-steps");
   Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<Cfg::kBlockM>, Int<Cfg::kBlockN>>{});
   Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDimV>>{});
   static_assert(decltype(size(tSrS))::value == 32, "S fragment: 64 x 64 per warpgroup");
@@ -194,6 +203,24 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
     if (seqlen > 0) {
       dev::mbar_wait(&smem.q_full, q_phase);
       q_phase ^= 1;
+      // Fragment element v of k-step ks: row 16 * warp + lane / 4 + 8 * (v / 2 % 2), column
+      // 16 * ks + 2 * (lane % 4) + v % 2 + 8 * (v / 4); pairs of columns are one 32-bit word of
+      // the 128-byte-swizzled chunk (16-byte group j of row r at j ^ (r % 8)).
+      CUTE_UNROLL
+      for (int ks = 0; ks < size<2>(tSrQr); ++ks) {
+        const int chunk = Cfg::kQSmemChunks + ks / kKStepsPerChunk;
+        const int col = (ks % kKStepsPerChunk) * 16 + 2 * (lane % 4);
+        CUTE_UNROLL
+        for (int v = 0; v < 8; v += 2) {
+          const int row = 16 * warp_in_wg + lane / 4 + 8 * ((v / 2) % 2);
+          const int c = col + 8 * (v / 4);
+          const uint32_t addr = dev::smem_addr(smem.q + chunk * kChunkElems) + row * 128 +
+                                ((((c * 2) / 16) ^ (row % 8)) << 4) + (c * 2) % 16;
+          const uint32_t word = dev::ld_shared_u32(addr);
+          tSrQr(v, 0, ks) = Element::bitcast(static_cast<uint16_t>(word & 0xffffu));
+          tSrQr(v + 1, 0, ks) = Element::bitcast(static_cast<uint16_t>(word >> 16));
+        }
+      }
       for (int u = u0; u < u1; ++u, ++g) {
         const int stage = g & 1;
         const uint32_t phase = (g >> 1) & 1;
@@ -207,6 +234,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           // This warpgroup scores the tile: S = Q K^T over d_qk = 576.
           Tensor sK = make_tensor(make_smem_ptr(tile), typename Cfg::SmemLayoutK{});
           Tensor tSrK = thr_s.partition_fragment_B(sK);
+          Tensor tSrKr = thr_sr.partition_fragment_B(sK);
           // Retire this warpgroup's P V of tile g - 1 before issuing S and release its stage at
           // once: the load of tile g + 1 then overlaps S, the softmax and P V of this tile instead
           // of starting after S (with two stages, that load is the critical path). The tensor
@@ -216,14 +244,19 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
           dev::mbar_wait(&smem.k_full[stage], phase);
           warpgroup_fence_operand(tSrS);
+          warpgroup_fence_operand(tSrQr);
           warpgroup_arrive();
           mma_s.accumulate_ = GMMA::ScaleOut::Zero;
           CUTE_UNROLL
-          for (int k = 0; k < size<2>(tSrQ); ++k) {
+          for (int k = 0; k < kSmemKSteps; ++k) {
             gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
             mma_s.accumulate_ = GMMA::ScaleOut::One;
           }
+          mma_sr.accumulate_ = GMMA::ScaleOut::One;
+          CUTE_UNROLL
+          for (int k = 0; k < size<2>(tSrQr); ++k) gemm(mma_sr, tSrQr(_, _, k), tSrKr(_, _, kSmemKSteps + k), tSrS);
           warpgroup_commit_batch();
+          warpgroup_fence_operand(tSrQr);
           warpgroup_wait<0>();
           warpgroup_fence_operand(tSrS);
           // Q is read by S only: after the request's last S the producer may load the next Q
