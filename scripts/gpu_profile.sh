@@ -21,7 +21,12 @@ mode=${1:-stalls}
 shift || true
 case "$mode" in stalls|breakdown) ;; *) echo "usage: $0 stalls|breakdown [...]" >&2; exit 2 ;; esac
 
-if ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j"$(nproc)" --target hmla-bench; } \
+# HMLA_BENCH_BIN=<path to hmla-bench> profiles an existing build (for example one left by
+# scripts/gpu_ab.sh in /tmp/hmla_ab_NAME/b) instead of building build-gpu/.
+bench=${HMLA_BENCH_BIN:-build-gpu/tools/hmla-bench/hmla-bench}
+lib=$(dirname "$(dirname "$(dirname "$bench")")")/libhmla.a
+if [ -z "${HMLA_BENCH_BIN:-}" ] &&
+   ! { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j"$(nproc)" --target hmla-bench; } \
      > "$OUT/profile_build.log" 2>&1; then
   tail -n 40 "$OUT/profile_build.log"; exit 1
 fi
@@ -34,7 +39,7 @@ if [ "$mode" = breakdown ]; then
     # shellcheck disable=SC2086
     timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum \
       --kernel-name regex:'dense_decode_kernel|combine_kernel|decode_scheduler_kernel' --launch-count 24 \
-      build-gpu/tools/hmla-bench/hmla-bench dense-decode $row --no-ceilings --no-backlog --warmup 2 --iters 8 \
+      "$bench" dense-decode $row --no-ceilings --no-backlog --warmup 2 --iters 8 \
       --rotate-mib 1 2>&1 |
       awk '/\) \(/ && /Context/ {line = $0; sub(/^ +(void )?/, "", line); gsub(/\(anonymous namespace\)::/, "", line); sub(/[<(].*/, "", line); name = line}
            /gpu__time_duration.sum/ {t[name] = t[name] " " $NF $(NF-1)}
@@ -49,7 +54,7 @@ report="$OUT/profile"
 timeout 300 ncu --clock-control none --kernel-name regex:dense_decode_kernel --launch-skip 3 --launch-count 1 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
   --section Occupancy --section SourceCounters \
-  -f -o "$report" build-gpu/tools/hmla-bench/hmla-bench dense-decode "${row[@]}" --no-ceilings --no-backlog \
+  -f -o "$report" "$bench" dense-decode "${row[@]}" --no-ceilings --no-backlog \
   > "$OUT/profile_run.log" 2>&1 || { tail -n 30 "$OUT/profile_run.log"; exit 1; }
 {
   echo "== row: ${row[*]}"
@@ -61,7 +66,7 @@ timeout 300 ncu --clock-control none --kernel-name regex:dense_decode_kernel --l
   ncu --import "$report.ncu-rep" --page source --print-source sass --csv 2>/dev/null > /tmp/hmla_source.csv
   python3 scripts/profile/ncu_csv.py hot /tmp/hmla_source.csv
   echo "== wgmma / barrier sequence (cuobjdump)"
-  cuobjdump -sass build-gpu/libhmla.a 2>/dev/null |
+  cuobjdump -sass "$lib" 2>/dev/null |
     awk '/Function : /{on = ($0 ~ /dense_decode_kernel/ && $0 ~ /bfloat16/)} on' |
     grep -E "HGMMA|WARPGROUP|DEPBAR|BAR\.|SYNCS|UTMALDG|STSM|LDSM" | sed -E 's@/\*[0-9a-f]+\*/@@; s@ +@ @g' > /tmp/hmla_seq.txt
   echo "instructions: $(wc -l < /tmp/hmla_seq.txt)"
