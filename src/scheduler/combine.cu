@@ -11,6 +11,7 @@ namespace hmla::detail {
 namespace {
 
 constexpr int kCombineWarps = 4;  // one query row per CTA, 4 columns per thread: small batches spread wide
+constexpr int kMaxCombinePieces = 1024;  // pieces of one request: at most one per part (<= SMs)
 
 template <typename Element>
 __device__ __forceinline__ void store4(Element* dst, float a, float b, float c, float d);
@@ -57,25 +58,35 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
   const size_t row = (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * kTileRows + r;
   const float* lse_of = p.lse_accum + static_cast<size_t>(base) * rows_per_slot + row;
 
-  float max_lse = -INFINITY;
-  for (int s = lane; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * rows_per_slot]);
-  for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
-  float sum = 0.f;
-  if (max_lse != -INFINITY) {
-    for (int s = lane; s < n; s += 32) sum += __expf(lse_of[s * rows_per_slot] - max_lse);
+  // The pieces' weights exp(lse_s - lse) go to shared memory once (one warp), so the merge loop
+  // below has no dependent global load between its o_accum loads, of which 16 are in flight.
+  __shared__ float weight[kMaxCombinePieces];
+  __shared__ float row_lse;
+  if (threadIdx.x < 32) {
+    float max_lse = -INFINITY;
+    for (int s = lane; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * rows_per_slot]);
+    for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
+    float sum = 0.f;
+    if (max_lse != -INFINITY) {
+      for (int s = lane; s < n; s += 32) sum += __expf(lse_of[s * rows_per_slot] - max_lse);
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    // A piece with no visible key has LSE -inf; a row with none in any piece gets out 0, LSE +inf.
+    const float lse = sum > 0.f ? max_lse + logf(sum) : INFINITY;
+    for (int s = lane; s < n; s += 32) weight[s] = sum > 0.f ? __expf(lse_of[s * rows_per_slot] - lse) : 0.f;
+    if (lane == 0) row_lse = lse;
   }
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  // A piece with no visible key has LSE -inf; a row with none in any piece gets out 0, LSE +inf.
-  const float lse = sum > 0.f ? max_lse + logf(sum) : INFINITY;
+  __syncthreads();
+  const float lse = row_lse;
 
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   const int col = threadIdx.x * 4;
-  if (sum > 0.f && col < p.d_v) {
+  if (lse != INFINITY && col < p.d_v) {
     const float* src = p.o_accum + (static_cast<size_t>(base) * rows_per_slot + row) * p.d_v + col;
     const size_t slot_stride = rows_per_slot * p.d_v;
-#pragma unroll 8
+#pragma unroll 16
     for (int s = 0; s < n; ++s) {
-      const float w = __expf(lse_of[s * rows_per_slot] - lse);  // exp(-inf) = 0 for empty pieces
+      const float w = weight[s];
       const float4 v = *reinterpret_cast<const float4*>(src + s * slot_stride);
       acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
     }
@@ -91,6 +102,10 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
 
 template <typename Element>
 void launch_combine(const CombineParams& params, cudaStream_t stream) {
+  // A request has at most one piece per part; the merge keeps one weight per piece in shared memory.
+  if (params.num_sm_parts > kMaxCombinePieces)
+    throw CudaError("hmla: " + std::to_string(params.num_sm_parts) + " SM parts exceed the combine's " +
+                    std::to_string(kMaxCombinePieces) + " pieces per request");
   cudaLaunchConfig_t config{};
   // x: one slot per part (the split requests are at most that many). Cutting x to
   // min(parts, batch) made b = 1 slower by 8 us end to end (measured on the H200, session 3),
