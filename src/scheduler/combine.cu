@@ -107,9 +107,9 @@ void launch_combine(const CombineParams& params, cudaStream_t stream) {
     throw CudaError("hmla: " + std::to_string(params.num_sm_parts) + " SM parts exceed the combine's " +
                     std::to_string(kMaxCombinePieces) + " pieces per request");
   cudaLaunchConfig_t config{};
-  // x: one slot per part (the split requests are at most that many). Cutting x to
-  // min(parts, batch) made b = 1 slower by 8 us end to end (measured on the H200, session 3),
-  // although the kernel alone got faster; kept at num_sm_parts until that is understood.
+  // x: one slot per part (the split requests are at most that many, and only the device knows how
+  // many there are). The spare CTAs retire before the programmatic wait, while the attention
+  // kernel runs, so they cost little once it ends.
   config.gridDim = dim3(params.num_sm_parts, params.h_kv, params.tiling.s_q * params.tiling.heads_per_kv);
   config.blockDim = dim3(kCombineWarps * 32);
   config.dynamicSmemBytes = 0;
