@@ -427,14 +427,6 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
       }
       dev::fence_proxy_async_smem();  // these generic accesses come before the stage's next TMA write
       dev::mbar_arrive(&smem.k_empty[(g - 1) & 1]);
-      if (wg == 0 && lane % 4 == 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (!row_valid[h]) continue;
-          const int head = kv * p.tiling.heads_per_kv + row_head[h];
-          p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + row_token[h]] = lse[h];
-        }
-      }
     } else {
       // A request with no key loaded no stage to stage through: its output (zeros) is stored directly.
       typename Native::type* out_rows[2];
@@ -451,13 +443,13 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
         *reinterpret_cast<typename Native::pair*>(out_rows[h] + frag_col(i, lane)) =
             Native::make(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
       }
-      if (wg == 0 && lane % 4 == 0) {
+    }
+    if (!split && wg == 0 && lane % 4 == 0) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (!row_valid[h]) continue;
-          const int head = kv * p.tiling.heads_per_kv + row_head[h];
-          p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + row_token[h]] = lse[h];
-        }
+      for (int h = 0; h < 2; ++h) {
+        if (!row_valid[h]) continue;
+        const int head = kv * p.tiling.heads_per_kv + row_head[h];
+        p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + row_token[h]] = lse[h];
       }
     }
   }
