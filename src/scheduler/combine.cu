@@ -31,8 +31,8 @@ __device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, fl
 // Grid: (split request, kv head, query row of that head: token-major). The number of split
 // requests is known only on the device; only real query rows get a CTA (tiles padded to 64 rows
 // would launch 4x more CTAs for h_q = 16, and those idle CTAs cost more than the merge itself).
-// Every warp reduces the pieces' LSEs (redundantly: n is small), then each thread merges 4
-// columns so the loads stay coalesced.
+// One warp turns the pieces' LSEs into weights, then each thread merges 4 columns so the loads
+// stay coalesced.
 //
 // The split list comes from the plan, which finished before the attention kernel started (that
 // launch does not overlap its predecessor), so it is read before waiting for the attention kernel:
