@@ -16,6 +16,10 @@
 #include "scheduler/decode_scheduler.h"
 #include "sm90/dense_decode/config.h"
 #include "sm90/dense_decode/launch.h"
+#include "sm90/dense_decode/trace.cuh"
+
+#include <cstdio>
+#include <cstdlib>
 
 namespace hmla::sm90::dense_decode {
 
@@ -78,7 +82,7 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
   const uint32_t q_bytes =
       static_cast<uint32_t>(p.tiling.heads_per_tile * p.tiling.tokens_per_tile) * Cfg::kChunkCols * 2 * Cfg::kChunks;
   const int t0 = p.tiling.first_token(m), hh0 = p.tiling.first_head(m);
-  int stage = 0;
+  int stage = 0, tile = 0;
   uint32_t phase = 0, q_phase = 0;
   for (int req = meta.begin_req; req <= meta.end_req; ++req) {
     const int seqlen = p.seqlens[req];
@@ -93,8 +97,10 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
     for (int c = 0; c < Cfg::kChunks; ++c)
       dev::tma_load_5d(smem.q + c * kChunkElems, q_map, &smem.q_full, c * Cfg::kChunkCols, hh0, kv, t0, req);
     q_phase ^= 1;
-    for (int u = u0; u < u1; ++u) {
+    for (int u = u0; u < u1; ++u, ++tile) {
+      trace::event(2, tile, trace::kProducerWait);
       dev::mbar_wait(&smem.k_empty[stage], phase ^ 1);
+      trace::event(2, tile, trace::kProducerIssue);
       const int token0 = u * Cfg::kBlockN;
       const int valid = min(Cfg::kBlockN, seqlen - token0);
       // Only pages that hold tokens of this request are read; block-table entries past the
@@ -114,6 +120,27 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
     }
   }
 }
+
+#ifdef HMLA_DENSE_TRACE
+// Trace builds: a spare producer warp records when each K tile lands (it only watches k_full).
+template <typename Cfg>
+__device__ void observer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
+                              const detail::PartMetadata& meta) {
+  int stage = 0, tile = 0;
+  uint32_t phase = 0;
+  for (int req = meta.begin_req; req <= meta.end_req; ++req) {
+    const int seqlen = p.seqlens[req];
+    if (seqlen <= 0) continue;
+    const int u0 = req == meta.begin_req ? meta.begin_unit : 0;
+    const int u1 = req == meta.end_req ? meta.end_unit : units_of(seqlen);
+    for (int u = u0; u < u1; ++u, ++tile) {
+      if (!trace::observe(&smem.k_full[stage], phase)) return;
+      trace::event(2, tile, trace::kLanded);
+      if (++stage == Cfg::kStages) { stage = 0; phase ^= 1; }
+    }
+  }
+}
+#endif
 
 // Named barriers of the consumers (0 is __syncthreads).
 constexpr int kBarrierPReady = 1;     // + stage: both consumers, once the scorer's P is in smem
@@ -240,10 +267,13 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           // once: the load of tile g + 1 then overlaps S, the softmax and P V of this tile instead
           // of starting after S (with two stages, that load is the critical path). The tensor
           // pipe stays busy meanwhile with the other warpgroup's half of P V.
+          if (wtid == 0) trace::event(wg, g, trace::kTop);
           warpgroup_wait<0>();
           warpgroup_fence_operand(tOrO);
           if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
+          if (wtid == 0) trace::event(wg, g, trace::kDrained);
           dev::mbar_wait(&smem.k_full[stage], phase);
+          if (wtid == 0) trace::event(wg, g, trace::kReady);
           warpgroup_fence_operand(tSrS);
           warpgroup_fence_operand(tSrQr);
           warpgroup_arrive();
@@ -260,6 +290,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           warpgroup_fence_operand(tSrQr);
           warpgroup_wait<0>();
           warpgroup_fence_operand(tSrS);
+          if (wtid == 0) trace::event(wg, g, trace::kScored);
           // Q is read by S only: after the request's last S the producer may load the next Q
           // while the last P V and the epilogue run.
           if (u + 1 == u1) dev::mbar_arrive(&smem.q_empty);
@@ -315,16 +346,21 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           }
           if (valid < Cfg::kBlockN) zero_tail_rows<Cfg>(tile, valid, wg, wtid);
           dev::fence_proxy_async_smem();
+          if (wtid == 0) trace::event(wg, g, trace::kSoftmaxed);
           // One barrier of both consumers publishes P to the other warpgroup and to this one's
           // own P V (the other consumer is normally waiting here already).
           dev::named_barrier_sync(kBarrierPReady + stage, Cfg::kConsumerThreads);
+          if (wtid == 0) trace::event(wg, g, trace::kPublished);
         } else {
           // The other warpgroup scores this tile; take its P and statistics.
+          if (wtid == 0) trace::event(wg, g, trace::kTop);
           warpgroup_wait<0>();  // retires this warpgroup's P V of tile g - 1
           warpgroup_fence_operand(tOrO);
           if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
           if (u + 1 == u1) dev::mbar_arrive(&smem.q_empty);  // this warpgroup's last S is done
+          if (wtid == 0) trace::event(wg, g, trace::kDrained);
           dev::named_barrier_sync(kBarrierPReady + stage, Cfg::kConsumerThreads);
+          if (wtid == 0) trace::event(wg, g, trace::kReady);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             scale[h] = smem.row_scale[stage][rows[h]];
@@ -355,6 +391,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
         CUTE_UNROLL
         for (int k = 0; k < size<2>(tOrP); ++k) gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
         warpgroup_commit_batch();
+        if (wtid == 0) trace::event(wg, g, trace::kIssued);
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
@@ -471,6 +508,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // The combine kernel may start its launch now; it waits for this grid's completion itself.
   dev::pdl_launch_dependents();
+  if (threadIdx.x == 0) trace::span(0);
 
   if (threadIdx.x == 0) {
     dev::tma_prefetch_descriptor(&q_map);
@@ -503,9 +541,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (warpgroup == 0) {
     dev::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
     if (threadIdx.x == 0) producer_loop<Cfg>(smem, p, &q_map, &k_map, meta, kv, m);
+#ifdef HMLA_DENSE_TRACE
+    if (threadIdx.x == 32 && trace::cta_slot() >= 0) observer_loop<Cfg>(smem, p, meta);
+#endif
   } else {
     dev::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
     consumer_loop<Cfg>(smem, p, meta, kv, m);
+    if (threadIdx.x == 128) trace::span(1);
   }
 }
 
@@ -577,6 +619,18 @@ void launch(const DenseDecodeParams& params, const DecodeSchedule& schedule, cud
   dim3 grid(tiling.num_m_blocks, params.h_kv, schedule.num_sm_parts);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, k_map, kp);
   HMLA_CUDA_CHECK(cudaGetLastError());
+#ifdef HMLA_DENSE_TRACE
+  // Trace builds only (never in a release build): every call overwrites the file with its timeline.
+  if (const char* path = std::getenv("HMLA_TRACE_FILE")) {
+    static trace::Buffer host;
+    HMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    HMLA_CUDA_CHECK(cudaMemcpyFromSymbol(&host, trace::g_buffer, sizeof(host)));
+    if (FILE* f = std::fopen(path, "wb")) {
+      std::fwrite(&host, sizeof(host), 1, f);
+      std::fclose(f);
+    }
+  }
+#endif
 
   detail::CombineParams cp{};
   cp.batch = params.batch;
