@@ -20,7 +20,14 @@ namespace hmla::detail {
 
 constexpr int kBlockN = 64;          // cached tokens per work unit (one K tile)
 constexpr int kTileRows = 64;        // query rows per CTA tile (one wgmma M)
-constexpr int kSplitOverheadUnits = 5;  // cost of starting one more piece, in units of kBlockN tokens
+// Modelled cost of starting one more piece, in units of kBlockN tokens (Q load, pipeline fill,
+// partial write and its share of the combine). Parts of few tiles are latency-bound and want few,
+// long pieces (FlashMLA's 5 units); parts of many tiles want the tiles spread evenly, and there 5
+// units rounds whole parts away (b = 8, h_q 128, s_k 8192: 17 tiles on 60 of 66 parts instead of
+// 16 on 64; measured 54.3 -> 52.6 us with 3 units, b = 1 unchanged; docs/PERF.md, session 5).
+constexpr int kSplitOverheadUnits = 5;
+constexpr int kSplitOverheadUnitsLongParts = 3;
+constexpr int kLongPartTiles = 8;  // tiles per part from which the long-part cost applies
 
 struct PartMetadata {
   int32_t begin_req;        // first request (== batch: no work)

@@ -14,7 +14,8 @@ __device__ __forceinline__ int units_of(int seqlen) {
 }
 
 // One CTA: the threads sum the units, then one thread walks the requests greedily, giving each
-// part about the same number of units plus a fixed cost per piece it starts.
+// part about the same number of units plus a fixed cost per piece it starts. overhead <= 0: the
+// cost is chosen from the tiles per part (kSplitOverheadUnits or kSplitOverheadUnitsLongParts).
 __global__ void __launch_bounds__(1024) decode_scheduler_kernel(const int32_t* __restrict__ seqlens,
                                                                int batch, int num_sm_parts, int overhead,
                                                                PartMetadata* __restrict__ parts,
@@ -26,14 +27,18 @@ __global__ void __launch_bounds__(1024) decode_scheduler_kernel(const int32_t* _
   __syncthreads();
   long long local = 0;
   for (int r = threadIdx.x; r < batch; r += blockDim.x) {
-    local += units_of(seqlens[r]) + overhead;
+    local += units_of(seqlens[r]);
     req_num_splits[r] = 0;
   }
   atomicAdd(reinterpret_cast<unsigned long long*>(&block_total), static_cast<unsigned long long>(local));
   __syncthreads();
   if (threadIdx.x != 0) return;
 
-  const long long payload = (block_total + num_sm_parts - 1) / num_sm_parts + overhead;
+  if (overhead <= 0)
+    overhead = block_total >= static_cast<long long>(kLongPartTiles) * num_sm_parts ? kSplitOverheadUnitsLongParts
+                                                                                  : kSplitOverheadUnits;
+  const long long with_overhead = block_total + static_cast<long long>(batch) * overhead;
+  const long long payload = (with_overhead + num_sm_parts - 1) / num_sm_parts + overhead;
   int req = 0, unit = 0;
   for (int p = 0; p < num_sm_parts; ++p) {
     PartMetadata meta{};
@@ -82,13 +87,13 @@ __global__ void __launch_bounds__(1024) decode_scheduler_kernel(const int32_t* _
   split_list[0] = count;
 }
 
-// The modelled cost of one more piece, in 64-token units. HMLA_SPLIT_OVERHEAD_UNITS overrides it
-// (read once per process): a tuning knob for measurements, not an interface.
+// HMLA_SPLIT_OVERHEAD_UNITS fixes the modelled cost of one more piece, in 64-token units (read once
+// per process): a tuning knob for measurements, not an interface. 0: the kernel chooses.
 int split_overhead_units() {
   static const int units = [] {
     const char* text = std::getenv("HMLA_SPLIT_OVERHEAD_UNITS");
     const int value = text ? std::atoi(text) : 0;
-    return value > 0 ? value : kSplitOverheadUnits;
+    return value > 0 ? value : 0;
   }();
   return units;
 }
