@@ -304,19 +304,27 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
               if (key >= limit[(i / 2) % 2]) tSrS(i) = -INFINITY;
             }
           }
-          float block_max[2] = {-INFINITY, -INFINITY};
+          // Row max and sum as four independent chains per row: the softmax is the longest
+          // dependent chain of the tile, with one warp per scheduler to hide its latency.
+          float max4[2][4];
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) max4[h][c] = fmaxf(tSrS(8 * c + 2 * h), tSrS(8 * c + 2 * h + 1));
           CUTE_UNROLL
-          for (int i = 0; i < size(tSrS); ++i) block_max[(i / 2) % 2] = fmaxf(block_max[(i / 2) % 2], tSrS(i));
-          float base[2], new_m[2];
+          for (int i = 0; i < size(tSrS); ++i)
+            if ((i / 4) % 2 == 1) max4[(i / 2) % 2][i / 8] = fmaxf(max4[(i / 2) % 2][i / 8], tSrS(i));
+          float block_max[2], base[2], new_m[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
+            block_max[h] = fmaxf(fmaxf(max4[h][0], max4[h][1]), fmaxf(max4[h][2], max4[h][3]));
             block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
             block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
             new_m[h] = fmaxf(row_m[h], block_max[h] * p.scale_log2);
             base[h] = new_m[h] == -INFINITY ? 0.f : new_m[h];  // no key yet: P stays 0
             scale[h] = dev::exp2_ftz(row_m[h] - base[h]);
           }
-          float block_sum[2] = {0.f, 0.f};
+          float sum4[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
           // P goes to smem in SmemLayoutP (128-byte swizzle: the 16-byte column group j of row r
           // sits at group j ^ (r % 8)). Each thread's two rows share r % 8 = lane / 4, so the
           // address of group j is one XOR away from a per-row base, computed here in 32 bits
@@ -330,12 +338,14 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             const int h = (i / 2) % 2;
             const float a = dev::exp2_ftz(tSrS(i) * p.scale_log2 - base[h]);
             const float b = dev::exp2_ftz(tSrS(i + 1) * p.scale_log2 - base[h]);
-            block_sum[h] += a + b;
+            sum4[h][(i / 8) % 4] += a + b;
             typename Native::pair packed = Native::make(a, b);
             dev::st_shared_u32(p_row_addr[h] ^ ((i / 4) << 4), *reinterpret_cast<uint32_t*>(&packed));
           }
+          float block_sum[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
+            block_sum[h] = (sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]);
             block_sum[h] += __shfl_xor_sync(0xffffffffu, block_sum[h], 1);
             block_sum[h] += __shfl_xor_sync(0xffffffffu, block_sum[h], 2);
             if (lane % 4 == 0) {
