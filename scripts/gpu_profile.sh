@@ -11,7 +11,13 @@
 #                        gpu__time_duration (kernels serialised: no programmatic-launch overlap).
 #                        Default rows: the small-batch anchors (b = 1, 8, 32; h_q 128; s_k 8192).
 #                        Output: $OUT/breakdown.txt.
-# Usage: scripts/gpu_profile.sh stalls|breakdown [...]
+#   trace ["row" ...]    per-tile timeline of the attention kernel (src/sm90/dense_decode/trace.cuh):
+#                        builds build-trace/ with -DHMLA_DENSE_TRACE=ON, runs each row with
+#                        HMLA_TRACE_FILE and prints scripts/profile/trace_summary.py's medians (the
+#                        steps of a tile in SM clocks, the K load time, the SM clock). The hooks
+#                        cost up to 10 % on some schedules: compare timelines, time with hmla-bench.
+#                        Output: $OUT/trace_*.bin, $OUT/trace.txt.
+# Usage: scripts/gpu_profile.sh stalls|breakdown|trace [...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -19,7 +25,24 @@ mkdir -p "$OUT"
 export PATH="/usr/local/cuda/bin:$PATH"
 mode=${1:-stalls}
 shift || true
-case "$mode" in stalls|breakdown) ;; *) echo "usage: $0 stalls|breakdown [...]" >&2; exit 2 ;; esac
+case "$mode" in stalls|breakdown|trace) ;; *) echo "usage: $0 stalls|breakdown|trace [...]" >&2; exit 2 ;; esac
+
+if [ "$mode" = trace ]; then
+  if ! { cmake -S . -B build-trace -G Ninja -DCMAKE_BUILD_TYPE=Release -DHMLA_DENSE_TRACE=ON -DHMLA_BUILD_TESTS=OFF &&
+         cmake --build build-trace -j"$(nproc)" --target hmla-bench; } > "$OUT/trace_build.log" 2>&1; then
+    tail -n 40 "$OUT/trace_build.log"; exit 1
+  fi
+  rows=("$@")
+  [ ${#rows[@]} -eq 0 ] && rows=("--b 128 --s-q 2 --h-q 128 --s-k 8192" "--b 32 --h-q 128 --s-k 8192" "--b 128 --h-q 16 --s-k 8192")
+  for row in "${rows[@]}"; do
+    file="$OUT/trace_$(echo "$row" | tr -d ' -').bin"
+    # shellcheck disable=SC2086
+    HMLA_TRACE_FILE="$file" build-trace/tools/hmla-bench/hmla-bench dense-decode $row --no-ceilings --no-anchors \
+      --warmup 2 --warmup-ms 0 --iters 5 > /dev/null 2>&1
+    python3 scripts/profile/trace_summary.py "$file" "$row"
+  done | tee "$OUT/trace.txt"
+  exit 0
+fi
 
 # HMLA_BENCH_BIN=<path to hmla-bench> profiles an existing build (for example one left by
 # scripts/gpu_ab.sh in /tmp/hmla_ab_NAME/b) instead of building build-gpu/.

@@ -8,6 +8,7 @@ consumer warpgroup, the tile period and the SM clock rate.
 Caveat: a clock read right after `bar.sync` (SASS BAR.SYNC.DEFER_BLOCKING) may execute before the
 barrier completes, so the other consumer's wait for P shows up in its next step (o_issue), not
 in o_pwait."""
+import os
 import statistics
 import struct
 import sys
@@ -38,6 +39,9 @@ def med(xs):
 def main():
     path = sys.argv[1]
     label = sys.argv[2] if len(sys.argv) > 2 else path
+    if not os.path.exists(path):
+        print(f"== {label}: no timeline written (needs a HMLA_DENSE_TRACE build, a GPU and HMLA_TRACE_FILE)")
+        return
     at, spans = load(path)
     for c in range(CTAS):
         tiles = 0

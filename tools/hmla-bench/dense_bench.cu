@@ -237,6 +237,7 @@ DenseResult run_dense_case(const DenseCase& c, const RowOptions& opt, cudaStream
   // ---- timing: only dense_decode_run (split + combine), sets rotated call by call
   TimingConfig cfg;
   cfg.warmup = opt.warmup;
+  cfg.warmup_ms = opt.warmup_ms;
   cfg.iters = opt.iters;
   cfg.backlog = opt.backlog;
   std::vector<double> us = time_calls(cfg, stream, [&](int i) {

@@ -18,6 +18,7 @@ constexpr double kCheckLseAbs = 1e-3;    // max |lse - ref_lse| (natural log)
 
 struct RowOptions {
   int warmup = 5;
+  double warmup_ms = 25.0;  // and at least this long (see timing.h)
   int iters = 50;
   bool backlog = true;
   uint64_t seed = 20261129;

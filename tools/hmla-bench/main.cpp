@@ -44,7 +44,9 @@ const char* kUsage =
     "                       CPU reference (up to 8 requests of the batch; --check-requests N to choose)\n"
     "  --json FILE          write every row (and the ceilings, device, settings) as JSON\n"
     "  --iters N            timed calls per row, median reported (default 50)\n"
-    "  --warmup N           untimed calls first (default 5)\n"
+    "  --warmup N           untimed calls first (default 5), repeated until --warmup-ms have passed\n"
+    "  --warmup-ms T        minimum warm-up time per row in ms (default 25): the GPU leaves its idle\n"
+    "                       clocks whatever ran before (e.g. the previous row's CPU --check)\n"
     "  --anchors FILE       FlashMLA reference figures for the ratio column (default: found next to\n"
     "                       the repository as ../shared/anchors/flashmla-h200.json, or $HMLA_ANCHORS)\n"
     "  --no-anchors         no anchor column\n"
@@ -76,6 +78,7 @@ struct Cli {
   int check_requests = 0;
   std::string json_path;
   int iters = 50, warmup = 5;
+  double warmup_ms = 25.0;
   std::string anchors_path;
   bool no_anchors = false, no_ceilings = false, no_backlog = false;
   long long rotate_mib = 512;
@@ -172,6 +175,8 @@ Cli parse_cli(int argc, char** argv) {
       cli.iters = (int)parse_int(a, value(), 1, 100000);
     } else if (a == "--warmup") {
       cli.warmup = (int)parse_int(a, value(), 0, 100000);
+    } else if (a == "--warmup-ms") {
+      cli.warmup_ms = (double)parse_int(a, value(), 0, 100000);
     } else if (a == "--anchors") {
       cli.anchors_path = value();
     } else if (a == "--no-anchors") {
@@ -322,7 +327,8 @@ void write_json(const std::string& path, const Cli& cli, const DeviceInfo& d, co
   w.kv("timing",
        std::string("CUDA events around each hmla::dense_decode_run call (split + combine; plan built once before "
                    "timing), ") +
-           std::to_string(ro.warmup) + " warm-up, median of " + std::to_string(ro.iters) +
+           std::to_string(ro.warmup) + " warm-up (repeated for at least " + std::to_string((int)ro.warmup_ms) +
+           " ms), median of " + std::to_string(ro.iters) +
            ", input sets rotated until a pass touches " + std::to_string(ro.rotate_min_bytes >> 20) + " MiB" +
            (ro.backlog ? ", timed calls queued behind a spin kernel (GPU time only)" : ", no backlog"));
   w.key("formulas").begin_object();
@@ -356,7 +362,7 @@ void write_json(const std::string& path, const Cli& cli, const DeviceInfo& d, co
   w.kv("out_rel_l2", kCheckOutRelL2).kv("lse_abs", kCheckLseAbs);
   w.end_object();
   w.key("options").begin_object();
-  w.kv("iters", ro.iters).kv("warmup", ro.warmup).kv("backlog", ro.backlog);
+  w.kv("iters", ro.iters).kv("warmup", ro.warmup).kv("warmup_ms", ro.warmup_ms).kv("backlog", ro.backlog);
   w.kv("rotate_min_mib", (unsigned long long)(ro.rotate_min_bytes >> 20)).kv("seed", (unsigned long long)ro.seed);
   w.kv("sweep", cli.sweep).kv("check", ro.check);
   w.end_object();
@@ -483,6 +489,7 @@ int run(int argc, char** argv) {
 
   RowOptions ro;
   ro.warmup = cli.warmup;
+  ro.warmup_ms = cli.warmup_ms;
   ro.iters = cli.iters;
   ro.backlog = !cli.no_backlog;
   ro.seed = cli.seed;

@@ -1,6 +1,8 @@
 // hmla-bench: the one timing loop every measurement goes through.
 //
-//   warm-up calls (not timed)
+//   warm-up calls (not timed): at least `warmup` calls and at least `warmup_ms` of them, so that the
+//             GPU's clocks have left the idle state whatever ran before (a CPU --check of the previous
+//             row leaves the GPU idle for seconds; short rows then ran up to 8 % slower)
 //   [backlog] one spin kernel that keeps the GPU busy while the host enqueues every timed call,
 //             so that host-side launch cost never lands between a start and a stop event
 //   for each timed call: event record; call; event record   (no host synchronisation in between)
@@ -13,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "common.h"
@@ -22,6 +25,7 @@ namespace hmla_bench {
 
 struct TimingConfig {
   int warmup = 5;
+  double warmup_ms = 25.0;
   int iters = 50;
   bool backlog = true;
   double host_us_per_call = 40.0;  // generous host enqueue cost per call, sizes the spin kernel
@@ -31,8 +35,15 @@ struct TimingConfig {
 // Returns the per-call times of the timed calls in microseconds.
 template <typename Call>
 std::vector<double> time_calls(const TimingConfig& cfg, cudaStream_t stream, Call&& call) {
-  for (int i = 0; i < cfg.warmup; ++i) call(i);
-  HB_CUDA(cudaStreamSynchronize(stream));
+  int calls = 0;
+  const auto warm_start = std::chrono::steady_clock::now();
+  if (cfg.warmup > 0 || cfg.warmup_ms > 0) {
+    do {
+      for (int i = 0; i < std::max(1, cfg.warmup); ++i) call(calls++);
+      HB_CUDA(cudaStreamSynchronize(stream));
+    } while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start).count() <
+             cfg.warmup_ms);
+  }
   EventPool events(2 * (size_t)cfg.iters);
   if (cfg.backlog) {
     double spin = std::min(200000.0, 500.0 + cfg.host_us_per_call * (double)cfg.iters);
@@ -40,7 +51,7 @@ std::vector<double> time_calls(const TimingConfig& cfg, cudaStream_t stream, Cal
   }
   for (int i = 0; i < cfg.iters; ++i) {
     HB_CUDA(cudaEventRecord(events[2 * (size_t)i], stream));
-    call(cfg.warmup + i);
+    call(calls + i);
     HB_CUDA(cudaEventRecord(events[2 * (size_t)i + 1], stream));
   }
   HB_CUDA(cudaStreamSynchronize(stream));
