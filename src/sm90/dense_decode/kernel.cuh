@@ -306,14 +306,14 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           }
           // Row max and sum as four independent chains per row: the softmax is the longest
           // dependent chain of the tile, with one warp per scheduler to hide its latency.
+          // Elements 4 j + 2 h and 4 j + 2 h + 1 are row h, column group j; chain c takes j = 2c, 2c+1.
           float max4[2][4];
 #pragma unroll
           for (int h = 0; h < 2; ++h)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) max4[h][c] = fmaxf(tSrS(8 * c + 2 * h), tSrS(8 * c + 2 * h + 1));
-          CUTE_UNROLL
-          for (int i = 0; i < size(tSrS); ++i)
-            if ((i / 4) % 2 == 1) max4[(i / 2) % 2][i / 8] = fmaxf(max4[(i / 2) % 2][i / 8], tSrS(i));
+            for (int c = 0; c < 4; ++c)
+              max4[h][c] = fmaxf(fmaxf(tSrS(8 * c + 2 * h), tSrS(8 * c + 2 * h + 1)),
+                                 fmaxf(tSrS(8 * c + 4 + 2 * h), tSrS(8 * c + 4 + 2 * h + 1)));
           float block_max[2], base[2], new_m[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
