@@ -1,5 +1,6 @@
 #include "scheduler/decode_scheduler.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "common/cuda_check.h"
@@ -93,7 +94,7 @@ int split_overhead_units() {
   static const int units = [] {
     const char* text = std::getenv("HMLA_SPLIT_OVERHEAD_UNITS");
     const int value = text ? std::atoi(text) : 0;
-    return value > 0 ? value : 0;
+    return std::max(value, 0);
   }();
   return units;
 }

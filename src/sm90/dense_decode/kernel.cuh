@@ -18,8 +18,10 @@
 #include "sm90/dense_decode/launch.h"
 #include "sm90/dense_decode/trace.cuh"
 
+#ifdef HMLA_DENSE_TRACE
 #include <cstdio>
 #include <cstdlib>
+#endif
 
 namespace hmla::sm90::dense_decode {
 
