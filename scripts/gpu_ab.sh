@@ -4,7 +4,10 @@
 # working tree itself is variant "cur". A variant is
 #   NAME.patch  a diff against the working tree (git diff / git format-patch), applied with git apply;
 #   NAME.cuh    a file put in place of src/sm90/dense_decode/kernel.cuh (with NAME.config.h, when
-#               present, in place of config.h).
+#               present, in place of config.h);
+#   bench_NAME  an hmla-bench executable built on the workstation (same nvcc), run as it is.
+# HMLA_AB_PREBUILT=1 times the working tree's build-gpu/tools/hmla-bench/hmla-bench as "cur"
+# instead of building it.
 #   bash scripts/gpu_ab.sh .deps/variant/a.patch .deps/variant/b.cuh
 # (variant files in an ignored folder travel with the device tool's `carry`). Rows: HMLA_AB_ROWS,
 # lines of hmla-bench arguments (default: the quick sweep and one long memory-bound row).
@@ -22,6 +25,15 @@ jobs_per_build=$(( $(nproc) / ${#variants[@]} ))
 build_variant() {
   local v=$1 name dir
   name=$(basename "${v%.*}")
+  if [ "$v" = cur ] && [ "${HMLA_AB_PREBUILT:-0}" = 1 ]; then
+    mkdir -p /tmp/hmla_ab_cur/b/tools/hmla-bench && cp build-gpu/tools/hmla-bench/hmla-bench /tmp/hmla_ab_cur/b/tools/hmla-bench/
+    return
+  fi
+  if [ "$v" != cur ] && [ -x "$v" ] && [[ "$(basename "$v")" == bench_* ]]; then
+    name=$(basename "$v")
+    mkdir -p "/tmp/hmla_ab_$name/b/tools/hmla-bench" && cp "$v" "/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench"
+    return
+  fi
   [ "$v" = cur ] || v=$(realpath "$v")
   dir=/tmp/hmla_ab_$name
   rm -rf "$dir" && mkdir -p "$dir"
@@ -43,6 +55,7 @@ for v in "${variants[@]}"; do build_variant "$v" & done
 wait
 for v in "${variants[@]}"; do
   name=$(basename "${v%.*}")
+  [[ "$(basename "$v")" == bench_* ]] && name=$(basename "$v")
   bench=/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench
   [ -x "$bench" ] || continue
   echo "== $name"
