@@ -22,15 +22,22 @@ variants=(cur "$@")
 jobs_per_build=$(( $(nproc) / ${#variants[@]} ))
 [ "$jobs_per_build" -ge 2 ] || jobs_per_build=2
 
+# A variant's name: the file name without its extension (a prebuilt bench_NAME keeps its whole
+# name: stripping from its last dot would cut into a dotted folder such as .deps).
+variant_name() {
+  local base
+  base=$(basename "$1")
+  if [[ "$base" == bench_* ]]; then echo "$base"; else echo "${base%.*}"; fi
+}
+
 build_variant() {
   local v=$1 name dir
-  name=$(basename "${v%.*}")
+  name=$(variant_name "$v")
   if [ "$v" = cur ] && [ "${HMLA_AB_PREBUILT:-0}" = 1 ]; then
     mkdir -p /tmp/hmla_ab_cur/b/tools/hmla-bench && cp build-gpu/tools/hmla-bench/hmla-bench /tmp/hmla_ab_cur/b/tools/hmla-bench/
     return
   fi
-  if [ "$v" != cur ] && [ -x "$v" ] && [[ "$(basename "$v")" == bench_* ]]; then
-    name=$(basename "$v")
+  if [ "$v" != cur ] && [ -x "$v" ] && [[ "$name" == bench_* ]]; then
     mkdir -p "/tmp/hmla_ab_$name/b/tools/hmla-bench" && cp "$v" "/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench"
     return
   fi
@@ -54,8 +61,7 @@ build_variant() {
 for v in "${variants[@]}"; do build_variant "$v" & done
 wait
 for v in "${variants[@]}"; do
-  name=$(basename "${v%.*}")
-  [[ "$(basename "$v")" == bench_* ]] && name=$(basename "$v")
+  name=$(variant_name "$v")
   bench=/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench
   [ -x "$bench" ] || continue
   echo "== $name"
