@@ -13,7 +13,7 @@
 # lines of hmla-bench arguments (default: the quick sweep and one long memory-bound row).
 # Each build is left in /tmp/hmla_ab_NAME/b for commands that follow in the same call.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export PATH="/usr/local/cuda/bin:$PATH"
 anchors=${HMLA_ANCHORS:-$PWD/.deps/anchors/flashmla-h200.json}
 rows=${HMLA_AB_ROWS:-"--sweep quick
