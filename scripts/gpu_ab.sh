@@ -33,12 +33,12 @@ variant_name() {
 build_variant() {
   local v=$1 name dir
   name=$(variant_name "$v")
-  if [ "$v" = cur ] && [ "${HMLA_AB_PREBUILT:-0}" = 1 ]; then
-    mkdir -p /tmp/hmla_ab_cur/b/tools/hmla-bench && cp build-gpu/tools/hmla-bench/hmla-bench /tmp/hmla_ab_cur/b/tools/hmla-bench/
-    return
-  fi
-  if [ "$v" != cur ] && [ -x "$v" ] && [[ "$name" == bench_* ]]; then
-    mkdir -p "/tmp/hmla_ab_$name/b/tools/hmla-bench" && cp "$v" "/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench"
+  # A prebuilt binary goes where a build would have left it.
+  local prebuilt=
+  [ "$v" = cur ] && [ "${HMLA_AB_PREBUILT:-0}" = 1 ] && prebuilt=build-gpu/tools/hmla-bench/hmla-bench
+  [ "$v" != cur ] && [ -x "$v" ] && [[ "$name" == bench_* ]] && prebuilt=$v
+  if [ -n "$prebuilt" ]; then
+    mkdir -p "/tmp/hmla_ab_$name/b/tools/hmla-bench" && cp "$prebuilt" "/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench"
     return
   fi
   [ "$v" = cur ] || v=$(realpath "$v")
