@@ -16,6 +16,7 @@
 #                        HMLA_TRACE_FILE and prints scripts/profile/trace_summary.py's medians (the
 #                        steps of a tile in SM clocks, the K load time, the SM clock). The hooks
 #                        cost up to 10 % on some schedules: compare timelines, time with hmla-bench.
+#                        HMLA_TRACE_MBLOCK=1 traces the CTAs of query tile 1 instead of 0.
 #                        Output: $OUT/trace_*.bin, $OUT/trace.txt.
 # Usage: scripts/gpu_profile.sh stalls|breakdown|trace [...]
 set -uo pipefail
@@ -28,7 +29,8 @@ shift || true
 case "$mode" in stalls|breakdown|trace) ;; *) echo "usage: $0 stalls|breakdown|trace [...]" >&2; exit 2 ;; esac
 
 if [ "$mode" = trace ]; then
-  if ! { cmake -S . -B build-trace -G Ninja -DCMAKE_BUILD_TYPE=Release -DHMLA_DENSE_TRACE=ON -DHMLA_BUILD_TESTS=OFF &&
+  if ! { cmake -S . -B build-trace -G Ninja -DCMAKE_BUILD_TYPE=Release -DHMLA_DENSE_TRACE=ON -DHMLA_BUILD_TESTS=OFF \
+           -DCMAKE_CUDA_FLAGS="-DHMLA_TRACE_MBLOCK=${HMLA_TRACE_MBLOCK:-0}" &&
          cmake --build build-trace -j"$(nproc)" --target hmla-bench; } > "$OUT/trace_build.log" 2>&1; then
     tail -n 40 "$OUT/trace_build.log"; exit 1
   fi

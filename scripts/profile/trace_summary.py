@@ -80,6 +80,14 @@ def main():
         print(f"== {label} cta {c}: {tiles} tiles, SM clock {ghz:.3f} GHz, "
               f"mean period {total / max(1, tiles - 9):.0f} clk")
         print("  " + "  ".join(f"{k} {med(v):.0f}" for k, v in rows.items()))
+        # Where the CTA's time goes besides its tiles: kernel entry -> first S retired (Q and the
+        # first K tile from HBM, all CTAs at once), the tiles, last P V issued -> CTA end (drain
+        # and epilogue). The span's clock64 shares its low 32 bits with the events' %clock.
+        periods = [d(at(c, g % 2, g, SCORED), at(c, (g + 1) % 2, g + 1, SCORED)) for g in range(tiles - 1)]
+        first = d(clk0 & 0xFFFFFFFF, at(c, 0, 0, SCORED))
+        last = d(at(c, (tiles - 1) % 2, tiles - 1, ISSUED), clk1 & 0xFFFFFFFF)
+        print(f"  span {clk1 - clk0} clk ({(ns1 - ns0) / 1000:.1f} us): first S retired at {first}, "
+              f"tiles {sum(periods)}, last P V issued -> end {last}, longest tile {max(periods)}")
 
 
 if __name__ == "__main__":

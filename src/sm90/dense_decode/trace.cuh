@@ -8,6 +8,12 @@
 
 #include <cstdint>
 
+// Query tile whose CTAs are traced (compile with -DHMLA_TRACE_MBLOCK=1 for the second one: with two
+// query tiles per K tile, one of them usually finds the tile in L2 and the other waits for HBM).
+#ifndef HMLA_TRACE_MBLOCK
+#define HMLA_TRACE_MBLOCK 0
+#endif
+
 namespace hmla::sm90::dense_decode::trace {
 
 constexpr int kCtas = 2;
@@ -37,7 +43,7 @@ struct Buffer {
 __device__ Buffer g_buffer;
 
 __device__ __forceinline__ int cta_slot() {
-  return blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z < kCtas ? static_cast<int>(blockIdx.z) : -1;
+  return blockIdx.x == HMLA_TRACE_MBLOCK && blockIdx.y == 0 && blockIdx.z < kCtas ? static_cast<int>(blockIdx.z) : -1;
 }
 __device__ __forceinline__ uint32_t sm_clock() {
   uint32_t c;
