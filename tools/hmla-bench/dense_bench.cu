@@ -240,10 +240,13 @@ DenseResult run_dense_case(const DenseCase& c, const RowOptions& opt, cudaStream
   cfg.warmup_ms = opt.warmup_ms;
   cfg.iters = opt.iters;
   cfg.backlog = opt.backlog;
-  std::vector<double> us = time_calls(cfg, stream, [&](int i) {
-    int s = i % sets;
-    hmla::dense_decode_run(params[s], sched[s], stream);
-  });
+  std::vector<double> us = time_calls(
+      cfg, stream,
+      [&](int i) {
+        int s = i % sets;
+        hmla::dense_decode_run(params[s], sched[s], stream);
+      },
+      &res.sm_mhz);
   HB_CUDA(cudaGetLastError());
   res.time = summarize(us);
   res.flops = dense_flops(c, total);

@@ -46,6 +46,7 @@ struct DenseResult {
   // timing and metrics
   TimeStats time;  // microseconds
   double flops = 0, bytes = 0, tflops = 0, gbps = 0;
+  double sm_mhz = 0;  // SM clock right after the timed calls (SmClockProbe)
   // check
   bool checked = false;
   std::vector<int> check_request_ids;

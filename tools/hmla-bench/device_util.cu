@@ -76,6 +76,18 @@ __global__ void spin_kernel(uint64_t nanoseconds) {
   }
 }
 
+// One thread reads the SM cycle counter and the global timer, busy-waits (no sleep, so the SM
+// stays awake at the chip's clock) for `nanoseconds`, and reads both again.
+__global__ void clock_probe_kernel(uint64_t nanoseconds, unsigned long long* out) {
+  const uint64_t t0 = global_timer_ns();
+  const long long c0 = clock64();
+  uint64_t t1 = t0;
+  while (t1 - t0 < nanoseconds) t1 = global_timer_ns();
+  const long long c1 = clock64();
+  out[0] = (unsigned long long)(c1 - c0);
+  out[1] = t1 - t0;
+}
+
 template <bool kBF16>
 __global__ void count_nonfinite_kernel(const uint16_t* __restrict__ data, size_t count,
                                        unsigned long long* __restrict__ result) {
@@ -119,6 +131,20 @@ void gpu_spin(double microseconds, cudaStream_t stream) {
   if (microseconds <= 0) return;
   spin_kernel<<<1, 1, 0, stream>>>((uint64_t)(microseconds * 1000.0));
   HB_CUDA_LAUNCH();
+}
+
+SmClockProbe::SmClockProbe() : result_(2 * sizeof(unsigned long long)) {}
+
+void SmClockProbe::launch(double microseconds, cudaStream_t stream) {
+  clock_probe_kernel<<<1, 1, 0, stream>>>((uint64_t)(microseconds * 1000.0), result_.get<unsigned long long>());
+  HB_CUDA_LAUNCH();
+}
+
+double SmClockProbe::mhz(cudaStream_t stream) {
+  unsigned long long host[2] = {0, 0};
+  HB_CUDA(cudaMemcpyAsync(host, result_.get(), sizeof(host), cudaMemcpyDeviceToHost, stream));
+  HB_CUDA(cudaStreamSynchronize(stream));
+  return host[1] > 0 ? 1000.0 * (double)host[0] / (double)host[1] : 0.0;
 }
 
 uint64_t count_nonfinite_half(const void* data, size_t count, hmla::DType dtype,

@@ -269,7 +269,7 @@ void print_table_header(bool ceil, bool anchors, bool check) {
   if (ceil) std::printf(" %6s %6s %6s", "%read", "%copy", "%mm");
   if (anchors) std::printf(" | %9s %6s", "anchor_us", "ratio");
   if (check) std::printf(" | check");
-  std::printf("\n");
+  std::printf(" | SM MHz\n");
   std::fflush(stdout);
 }
 
@@ -290,7 +290,7 @@ void print_row(const DenseResult& r, const Ceilings& ceil, bool anchors, const A
                 fmt("%.2e", r.lse_max_abs).c_str());
     if (!r.check_pass) std::printf(" (%s)", r.check_note.c_str());
   }
-  std::printf("\n");
+  std::printf(" | %4.0f\n", r.sm_mhz);
   std::fflush(stdout);
 }
 
@@ -391,6 +391,7 @@ void write_json(const std::string& path, const Cli& cli, const DeviceInfo& d, co
     w.kv_opt("anchor_time_us", rec.anchor != nullptr, rec.anchor ? rec.anchor->time_us : 0.0);
     w.kv_opt("ratio", rec.anchor != nullptr, rec.anchor ? rec.anchor->time_us / r.time.median : 0.0);
     w.kv("num_sm_parts", r.num_sm_parts).kv("num_m_blocks", r.num_m_blocks);
+    w.kv("sm_clock_mhz", r.sm_mhz);
     w.kv("workspace_bytes", (unsigned long long)r.workspace_bytes);
     if (r.checked) {
       w.kv("check_pass", r.check_pass);

@@ -6,6 +6,8 @@
 //   [backlog] one spin kernel that keeps the GPU busy while the host enqueues every timed call,
 //             so that host-side launch cost never lands between a start and a stop event
 //   for each timed call: event record; call; event record   (no host synchronisation in between)
+//   [clock probe] one thread counting SM cycles against the global timer for 200 us, right after
+//             the last call: the clock the calls ran at (see SmClockProbe)
 //   one synchronisation, then the elapsed time of every (start, stop) pair.
 // The result is the GPU time of each call from its first to its last kernel, back to back with
 // its predecessor, as a decode loop issues them. Without the backlog (--no-backlog) a call that
@@ -16,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <vector>
 
 #include "common.h"
@@ -32,10 +35,13 @@ struct TimingConfig {
 };
 
 // call(i) enqueues call number i (0-based, warm-up calls first) on `stream`.
-// Returns the per-call times of the timed calls in microseconds.
+// Returns the per-call times of the timed calls in microseconds; `sm_mhz`, when given, gets the SM
+// clock measured right after them.
 template <typename Call>
-std::vector<double> time_calls(const TimingConfig& cfg, cudaStream_t stream, Call&& call) {
+std::vector<double> time_calls(const TimingConfig& cfg, cudaStream_t stream, Call&& call, double* sm_mhz = nullptr) {
   int calls = 0;
+  // Allocated before any call is queued (an allocation may wait for the device).
+  std::unique_ptr<SmClockProbe> probe = sm_mhz ? std::make_unique<SmClockProbe>() : nullptr;
   const auto warm_start = std::chrono::steady_clock::now();
   if (cfg.warmup > 0 || cfg.warmup_ms > 0) {
     do {
@@ -53,6 +59,10 @@ std::vector<double> time_calls(const TimingConfig& cfg, cudaStream_t stream, Cal
     HB_CUDA(cudaEventRecord(events[2 * (size_t)i], stream));
     call(calls + i);
     HB_CUDA(cudaEventRecord(events[2 * (size_t)i + 1], stream));
+  }
+  if (probe) {
+    probe->launch(200.0, stream);
+    *sm_mhz = probe->mhz(stream);
   }
   HB_CUDA(cudaStreamSynchronize(stream));
   std::vector<double> us(cfg.iters);
