@@ -7,7 +7,7 @@
 //             so that host-side launch cost never lands between a start and a stop event
 //   for each timed call: event record; call; event record   (no host synchronisation in between)
 //   [clock probe] one thread counting SM cycles against the global timer for 200 us, right after
-//             the last call: the clock the calls ran at (see SmClockProbe)
+//             the last call: the clock the card had set for the calls (see SmClockProbe)
 //   one synchronisation, then the elapsed time of every (start, stop) pair.
 // The result is the GPU time of each call from its first to its last kernel, back to back with
 // its predecessor, as a decode loop issues them. Without the backlog (--no-backlog) a call that
