@@ -17,7 +17,8 @@
 #                        steps of a tile in SM clocks, the K load time, the SM clock). The hooks
 #                        cost up to 10 % on some schedules: compare timelines, time with hmla-bench.
 #                        HMLA_TRACE_MBLOCK=1 traces the CTAs of query tile 1 instead of 0.
-#                        Output: $OUT/trace_*.bin, $OUT/trace.txt.
+#                        Output: $OUT/trace_*.bin, $OUT/trace.txt. Tile by tile, on the workstation:
+#                        scripts/profile/trace_tiles.py $OUT/trace_<row>.bin [cta] [first] [last].
 # Usage: scripts/gpu_profile.sh stalls|breakdown|trace [...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
