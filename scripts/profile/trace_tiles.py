@@ -9,12 +9,12 @@ scorer's loop top; when the observer warp saw tiles g + 1 and g + 2 land and whe
 issued tile g + 2. Event meanings: src/sm90/dense_decode/trace.cuh (a clock read right after a
 bar.sync may precede the barrier's completion; after a group of wgmma it includes their issue
 stalls while the tensor pipe is busy)."""
-import struct
+import os
 import sys
 
-CTAS, ROLES, TILES, EVENTS = 2, 3, 2048, 8
-TOP, DRAINED, READY, SCORED, SOFTMAXED, PUBLISHED, ISSUED = range(7)
-P_ISSUE, P_LANDED = 1, 2
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_summary import (DRAINED, ISSUED, P_ISSUE, P_LANDED, PUBLISHED, READY, SCORED,  # noqa: E402
+                           SOFTMAXED, TOP, load)
 
 
 def main():
@@ -22,12 +22,10 @@ def main():
     cta = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     first = int(sys.argv[3]) if len(sys.argv) > 3 else 20
     last = int(sys.argv[4]) if len(sys.argv) > 4 else first + 6
-    data = open(path, "rb").read()
-    n = CTAS * ROLES * TILES * EVENTS
-    clocks = struct.unpack_from(f"<{n}I", data, 0)
+    clock, _ = load(path)
 
     def at(role, tile, ev):
-        return clocks[((cta * ROLES + role) * TILES + tile) * EVENTS + ev]
+        return clock(cta, role, tile, ev)
 
     for g in range(first, last):
         x, y = g % 2, 1 - g % 2
