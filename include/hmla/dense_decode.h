@@ -36,7 +36,7 @@ struct DecodeSchedule {
   int32_t* split_base = nullptr;     // [batch]: first partial-result slot of a split request
   int32_t* split_list = nullptr;     // [1 + num_sm_parts]: count, then the split requests
   float* lse_accum = nullptr;        // partial LSEs of split requests
-  float* o_accum = nullptr;          // partial outputs of split requests
+  void* o_accum = nullptr;           // partial outputs of split requests, in the output dtype
 };
 
 // Bytes of device workspace for this shape. num_sms 0 means the current device's SM count.

@@ -93,7 +93,7 @@ DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_
   s.split_base = reinterpret_cast<int32_t*>(base + shape.layout.req_split_base);
   s.split_list = reinterpret_cast<int32_t*>(base + shape.layout.split_list);
   s.lse_accum = reinterpret_cast<float*>(base + shape.layout.lse_accum);
-  s.o_accum = reinterpret_cast<float*>(base + shape.layout.o_accum);
+  s.o_accum = base + shape.layout.o_accum;
   detail::launch_decode_scheduler(cache_seqlens, batch, shape.num_sm_parts, workspace, shape.layout, stream);
   return s;
 }

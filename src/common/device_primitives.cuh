@@ -113,11 +113,6 @@ __device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(value) : "memory");
 }
 
-// An 8-byte global store of two floats (the pointer must be 8-byte aligned): spelled out because
-// a float2 store through a computed pointer may compile to two 4-byte stores.
-__device__ __forceinline__ void st_global_v2(float* ptr, float a, float b) {
-  asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(ptr), "f"(a), "f"(b) : "memory");
-}
 
 // A 16-byte load from a shared-memory address (from smem_addr).
 __device__ __forceinline__ uint4 ld_shared_u128(uint32_t addr) {

@@ -2,6 +2,8 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <string>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/device_primitives.cuh"
@@ -12,6 +14,14 @@ namespace {
 
 constexpr int kCombineWarps = 4;  // one query row per CTA, 4 columns per thread: small batches spread wide
 constexpr int kMaxCombinePieces = 1024;  // pieces of one request: at most one per part (<= SMs)
+constexpr int kDv = 512;
+constexpr int kRowWarpsPerCta = 8;  // the warp-per-row kernel: 8 rows per CTA
+constexpr int kRowMaxCtas = 4096;   // beyond, a grid-stride loop
+// From this many rows to merge (an upper bound the host knows), one warp per row: 32x fewer CTAs,
+// all in the first wave. Below it, one CTA per row keeps more loads in flight per row, which rows
+// of many pieces (small batches) need (session 8, fp32 partials: b = 32 h_q 128, 4096 rows of 2-3
+// pieces, 144.5 -> 142.0 us; b = 1, 128 rows of 43 pieces, 27.8 -> 38 us with a warp per row).
+constexpr long long kWarpPerRowFrom = 2048;
 
 template <typename Element>
 __device__ __forceinline__ void store4(Element* dst, float a, float b, float c, float d);
@@ -26,6 +36,24 @@ __device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, fl
   __half2 lo = __floats2half2_rn(a, b), hi = __floats2half2_rn(c, d);
   uint2 v{*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
   *reinterpret_cast<uint2*>(dst) = v;
+}
+
+// Four consecutive 16-bit partial-output values as floats (one 8-byte load).
+template <typename Element>
+__device__ __forceinline__ float4 load4(const Element* src);
+template <>
+__device__ __forceinline__ float4 load4<__nv_bfloat16>(const __nv_bfloat16* src) {
+  const uint2 v = *reinterpret_cast<const uint2*>(src);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+template <>
+__device__ __forceinline__ float4 load4<__half>(const __half* src) {
+  const uint2 v = *reinterpret_cast<const uint2*>(src);
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
+  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 
 // Grid: (split request, kv head, query row of that head: token-major). The number of split
@@ -82,12 +110,13 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   const int col = threadIdx.x * 4;
   if (lse != INFINITY && col < p.d_v) {
-    const float* src = p.o_accum + (static_cast<size_t>(base) * rows_per_slot + row) * p.d_v + col;
+    const Element* src =
+        static_cast<const Element*>(p.o_accum) + (static_cast<size_t>(base) * rows_per_slot + row) * p.d_v + col;
     const size_t slot_stride = rows_per_slot * p.d_v;
 #pragma unroll 16
     for (int s = 0; s < n; ++s) {
       const float w = weight[s];
-      const float4 v = *reinterpret_cast<const float4*>(src + s * slot_stride);
+      const float4 v = load4<Element>(src + s * slot_stride);
       acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
     }
   }
@@ -98,6 +127,94 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
   if (threadIdx.x == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
 }
 
+// Eight consecutive 16-bit values as floats (one 16-byte load).
+template <typename Element>
+__device__ __forceinline__ void load8(const Element* src, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 f;
+    if constexpr (std::is_same_v<Element, __nv_bfloat16>)
+      f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+    else
+      f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+// One warp per (split request, kv head, query row of that head), for batches with many rows to
+// merge. The grid is sized for the most split requests there can be, like the kernel above, with a
+// warp instead of a CTA per row. Lane l merges columns 8 l .. 8 l + 7 and 256 + 8 l .. 256 + 8 l + 7.
+template <typename Element>
+__global__ void __launch_bounds__(kRowWarpsPerCta * 32) combine_warp_per_row_kernel(CombineParams p) {
+  const int rows_per_req = p.h_kv * p.tiling.s_q * p.tiling.heads_per_kv;
+  const int items = p.split_list[0] * rows_per_req;
+  const int warp = blockIdx.x * kRowWarpsPerCta + threadIdx.x / 32;
+  const int warps = gridDim.x * kRowWarpsPerCta;
+  if (warp >= items) return;
+  dev::pdl_wait_for_prerequisites();
+  const int lane = threadIdx.x % 32;
+  const size_t rows_per_slot = static_cast<size_t>(p.h_kv) * p.tiling.num_m_blocks * kTileRows;
+  const size_t slot_stride = rows_per_slot * kDv;
+  for (int item = warp; item < items; item += warps) {
+    const int req = p.split_list[1 + item / rows_per_req];
+    const int in_req = item % rows_per_req;
+    const int kv = in_req / (p.tiling.s_q * p.tiling.heads_per_kv);
+    const int token = (in_req / p.tiling.heads_per_kv) % p.tiling.s_q;
+    const int head_in_kv = in_req % p.tiling.heads_per_kv;
+    const int m = (token / p.tiling.tokens_per_tile) * p.tiling.head_tiles + head_in_kv / kTileRows;
+    const int r = (token % p.tiling.tokens_per_tile) * p.tiling.heads_per_tile + head_in_kv % kTileRows;
+    const int n = p.req_num_splits[req];
+    const size_t row = static_cast<size_t>(p.req_split_base[req]) * rows_per_slot +
+                       (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * kTileRows + r;
+    const float* lse_of = p.lse_accum + row;
+
+    float max_lse = -INFINITY;
+    for (int s = lane; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * rows_per_slot]);
+    for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
+    float sum = 0.f;
+    if (max_lse != -INFINITY) {
+      for (int s = lane; s < n; s += 32) sum += __expf(lse_of[s * rows_per_slot] - max_lse);
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float lse = sum > 0.f ? max_lse + logf(sum) : INFINITY;
+
+    float acc[2][8] = {};
+    const Element* src = static_cast<const Element*>(p.o_accum) + row * kDv + lane * 8;
+    if (lse != INFINITY) {
+      for (int s0 = 0; s0 < n; s0 += 32) {
+        // Lane l holds the weight of piece s0 + l; shuffles broadcast it, so no dependent global
+        // load sits between the partial-row loads.
+        const float my_weight = s0 + lane < n ? __expf(lse_of[(s0 + lane) * rows_per_slot] - lse) : 0.f;
+        const int chunk = min(32, n - s0);
+#pragma unroll 4
+        for (int i = 0; i < chunk; ++i) {
+          const float w = __shfl_sync(0xffffffffu, my_weight, i);
+          const Element* piece = src + static_cast<size_t>(s0 + i) * slot_stride;
+#pragma unroll
+          for (int a = 0; a < 2; ++a) {
+            float v[8];
+            load8(piece + a * (kDv / 2), v);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[a][j] += w * v[j];
+          }
+        }
+      }
+    }
+    const int head = kv * p.tiling.heads_per_kv + head_in_kv;
+    Element* dst = static_cast<Element*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
+                   head * p.out_head_stride + lane * 8;
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+      store4<Element>(dst + a * (kDv / 2), acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+      store4<Element>(dst + a * (kDv / 2) + 4, acc[a][4], acc[a][5], acc[a][6], acc[a][7]);
+    }
+    if (lane == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
+  }
+}
+
 }  // namespace
 
 template <typename Element>
@@ -106,6 +223,11 @@ void launch_combine(const CombineParams& params, cudaStream_t stream) {
   if (params.num_sm_parts > kMaxCombinePieces)
     throw CudaError("hmla: " + std::to_string(params.num_sm_parts) + " SM parts exceed the combine's " +
                     std::to_string(kMaxCombinePieces) + " pieces per request");
+  if (params.d_v != kDv) throw CudaError("hmla: the combine supports d_v = 512, got " + std::to_string(params.d_v));
+  const int rows_per_req = params.h_kv * params.tiling.s_q * params.tiling.heads_per_kv;
+  // Split requests are at most min(batch, parts): the most rows there can be to merge.
+  const long long max_rows =
+      static_cast<long long>(params.batch < params.num_sm_parts ? params.batch : params.num_sm_parts) * rows_per_req;
   cudaLaunchConfig_t config{};
   // x: one slot per part (the split requests are at most that many, and only the device knows how
   // many there are). The spare CTAs retire before the programmatic wait, while the attention
@@ -119,6 +241,13 @@ void launch_combine(const CombineParams& params, cudaStream_t stream) {
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
+  if (max_rows >= kWarpPerRowFrom) {
+    const long long ctas = (max_rows + kRowWarpsPerCta - 1) / kRowWarpsPerCta;
+    config.gridDim = dim3(static_cast<unsigned>(ctas < kRowMaxCtas ? ctas : kRowMaxCtas));
+    config.blockDim = dim3(kRowWarpsPerCta * 32);
+    HMLA_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_warp_per_row_kernel<Element>, params));
+    return;
+  }
   HMLA_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<Element>, params));
 }
 

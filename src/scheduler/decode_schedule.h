@@ -35,7 +35,8 @@ struct PartMetadata {
   int32_t end_req;          // last request (inclusive)
   int32_t end_unit;         // one past the last unit inside end_req
   int32_t begin_split_idx;  // which piece of begin_req this part computes
-  int32_t pad[3];
+  int32_t begin_seqlen;     // cache_seqlens[begin_req]: the kernel's first loads need no other read
+  int32_t pad[2];
 };
 static_assert(sizeof(PartMetadata) == 32, "PartMetadata is 8 ints");
 
@@ -78,7 +79,7 @@ struct WorkspaceLayout {
   size_t req_split_base;      // int32[batch]: first accumulator slot of a split request
   size_t split_list;          // int32[1 + num_sm_parts]: count, then the split requests
   size_t lse_accum;           // float[2 * num_sm_parts][h_kv][num_m_blocks * 64]
-  size_t o_accum;             // float[2 * num_sm_parts][h_kv][num_m_blocks * 64][d_v]
+  size_t o_accum;             // bf16/fp16[2 * num_sm_parts][h_kv][num_m_blocks * 64][d_v]
   size_t total;
 
   static size_t align(size_t x) { return (x + 255) / 256 * 256; }
@@ -92,7 +93,9 @@ struct WorkspaceLayout {
     const size_t slots = 2 * static_cast<size_t>(num_sm_parts);  // at most 2 pieces per part
     const size_t rows = static_cast<size_t>(h_kv) * num_m_blocks * kTileRows;
     w.lse_accum = at;      at = align(at + sizeof(float) * slots * rows);
-    w.o_accum = at;        at = align(at + sizeof(float) * slots * rows * d_v);
+    // Partial outputs are normalised rows of V values, so the output dtype holds them (half the
+    // bytes of fp32 to write at the end of a piece and to read in the combine).
+    w.o_accum = at;        at = align(at + sizeof(uint16_t) * slots * rows * d_v);
     w.total = at;
     return w;
   }

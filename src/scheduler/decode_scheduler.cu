@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(1024) decode_scheduler_kernel(const int32_t* _
     meta.begin_req = req < batch ? req : batch;
     meta.begin_unit = unit;
     meta.begin_split_idx = req < batch ? req_num_splits[req] : 0;
+    meta.begin_seqlen = req < batch ? seqlens[req] : 0;
     meta.end_req = -1;
     meta.end_unit = 0;
     long long remaining = payload;

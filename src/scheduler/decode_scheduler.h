@@ -25,7 +25,7 @@ struct CombineParams {
   const int32_t* req_split_base;
   const int32_t* split_list;
   const float* lse_accum;
-  const float* o_accum;
+  const void* o_accum;  // 16-bit partial outputs (the output dtype)
   void* out;
   int64_t out_batch_stride, out_token_stride, out_head_stride;
   float* lse;

@@ -74,7 +74,7 @@ struct Config {
     // Softmax statistics of tile g, from its scoring warpgroup to the other (double buffered).
     float row_scale[kStages][kBlockM];  // exp2(old max - new max)
     float row_max[kStages][kBlockM];    // new running max (log2 domain)
-    float row_sum[kStages][kBlockM];    // sum of the tile's P
+    alignas(16) float row_sum_part[kStages][kBlockM][4];  // each lane's part of the row's P sum
     uint64_t q_full;
     uint64_t q_empty;
     uint64_t k_full[kStages];

@@ -40,7 +40,7 @@ struct KernelParams {
   const int32_t* req_num_splits;
   const int32_t* req_split_base;
   float* lse_accum;
-  float* o_accum;
+  void* o_accum;  // partial outputs in the element type
   void* out;
   int64_t out_batch_stride, out_token_stride, out_head_stride;
   float* lse;
@@ -87,7 +87,9 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
   int stage = 0, tile = 0;
   uint32_t phase = 0, q_phase = 0;
   for (int req = meta.begin_req; req <= meta.end_req; ++req) {
-    const int seqlen = p.seqlens[req];
+    // The first request's length comes with the part's metadata: at kernel start, when every CTA
+    // loads at once, Q is issued right away and the first page id is the only read before K's.
+    const int seqlen = req == meta.begin_req ? meta.begin_seqlen : p.seqlens[req];
     if (seqlen <= 0) continue;
     const int u0 = req == meta.begin_req ? meta.begin_unit : 0;
     const int u1 = req == meta.end_req ? meta.end_unit : units_of(seqlen);
@@ -147,6 +149,10 @@ __device__ void observer_loop(typename Cfg::SharedStorage& smem, const KernelPar
 // Named barriers of the consumers (0 is __syncthreads).
 constexpr int kBarrierPReady = 1;     // + stage: both consumers, once the scorer's P is in smem
 constexpr int kBarrierWarpgroup = 3;  // + warpgroup: the 128 threads of one consumer
+
+// A row's reference max (log2 domain) moves only when a score exceeds it by more than this: P is
+// then at most 2^8, exact in bf16/fp16 and harmless in the fp32 sums.
+constexpr float kLazyMaxMargin = 8.f;
 
 // Zeroes this warpgroup's V rows [valid, 64) of a tail tile: those cache rows lie past the
 // request's end and may hold anything (NaN in the tests); P is 0 there but 0 * NaN is NaN.
@@ -211,7 +217,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
   int g = 0;  // tiles consumed so far by this CTA: stage g % 2, scorer g % 2, phase (g / 2) % 2
   uint32_t q_phase = 0;
   for (int req = meta.begin_req; req <= meta.end_req; ++req) {
-    const int seqlen = p.seqlens[req];
+    const int seqlen = req == meta.begin_req ? meta.begin_seqlen : p.seqlens[req];
     const bool split = p.req_num_splits[req] > 1;
     const int split_base = p.req_split_base[req];  // loaded now, used by the epilogue
     const int split_idx = req == meta.begin_req ? meta.begin_split_idx : 0;
@@ -224,12 +230,11 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
     for (int h = 0; h < 2; ++h) limit[h] = p.causal ? seqlen - p.s_q + row_token[h] + 1 : seqlen;
     const int mask_from = p.causal ? seqlen - p.s_q + tile_first_token + 1 : seqlen;
 
-    // Running max (log2 domain of the scaled scores) and sum, identical in both consumers.
+    // Reference max (log2 domain of the scaled scores) and row sum, identical in both consumers.
     float row_m[2] = {-INFINITY, -INFINITY};
     float row_l[2] = {0.f, 0.f};
     clear(tOrO);
 
-    bool staged_output = false;  // the output leaves through this warpgroup's half of the last stage
     if (seqlen > 0) {
       dev::mbar_wait(&smem.q_full, q_phase);
       q_phase ^= 1;
@@ -316,15 +321,26 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             for (int c = 0; c < 4; ++c)
               max4[h][c] = fmaxf(fmaxf(tSrS(8 * c + 2 * h), tSrS(8 * c + 2 * h + 1)),
                                  fmaxf(tSrS(8 * c + 4 + 2 * h), tSrS(8 * c + 4 + 2 * h + 1)));
-          float block_max[2], base[2], new_m[2];
+          // Lazy reference max: while no score of the warp's rows exceeds its row's reference by more
+          // than kLazyMaxMargin, P is taken against the old reference and nothing is rescaled, with
+          // one warp vote instead of the row-max shuffles and the exp2 of the scale on this tile's
+          // critical path. The first tile of a request always moves it (the reference is -inf).
+          float thread_max[2], base[2], new_m[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            thread_max[h] = fmaxf(fmaxf(max4[h][0], max4[h][1]), fmaxf(max4[h][2], max4[h][3])) * p.scale_log2;
+          const bool move = __any_sync(0xffffffffu, thread_max[0] > row_m[0] + kLazyMaxMargin ||
+                                                        thread_max[1] > row_m[1] + kLazyMaxMargin);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            block_max[h] = fmaxf(fmaxf(max4[h][0], max4[h][1]), fmaxf(max4[h][2], max4[h][3]));
-            block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 1));
-            block_max[h] = fmaxf(block_max[h], __shfl_xor_sync(0xffffffffu, block_max[h], 2));
-            new_m[h] = fmaxf(row_m[h], block_max[h] * p.scale_log2);
+            new_m[h] = row_m[h];
+            if (move) {
+              float row_max = fmaxf(thread_max[h], __shfl_xor_sync(0xffffffffu, thread_max[h], 1));
+              row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+              new_m[h] = fmaxf(row_m[h], row_max);
+            }
             base[h] = new_m[h] == -INFINITY ? 0.f : new_m[h];  // no key yet: P stays 0
-            scale[h] = dev::exp2_ftz(row_m[h] - base[h]);
+            scale[h] = move ? dev::exp2_ftz(row_m[h] - base[h]) : 1.f;
           }
           float sum4[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
           // P goes to smem in SmemLayoutP (128-byte swizzle: the 16-byte column group j of row r
@@ -344,19 +360,16 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             typename Native::pair packed = Native::make(a, b);
             dev::st_shared_u32(p_row_addr[h] ^ ((i / 4) << 4), *reinterpret_cast<uint32_t*>(&packed));
           }
-          float block_sum[2];
+          // Each lane publishes its own part of the row sums: no shuffles here; both consumers add
+          // the four parts of a row after the P barrier, beside the P V they issue.
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            block_sum[h] = (sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]);
-            block_sum[h] += __shfl_xor_sync(0xffffffffu, block_sum[h], 1);
-            block_sum[h] += __shfl_xor_sync(0xffffffffu, block_sum[h], 2);
+            smem.row_sum_part[stage][rows[h]][lane % 4] = (sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]);
             if (lane % 4 == 0) {
               smem.row_scale[stage][rows[h]] = scale[h];
               smem.row_max[stage][rows[h]] = new_m[h];
-              smem.row_sum[stage][rows[h]] = block_sum[h];
             }
             row_m[h] = new_m[h];
-            row_l[h] = row_l[h] * scale[h] + block_sum[h];
           }
           if (valid < Cfg::kBlockN) zero_tail_rows<Cfg>(tile, valid, wg, wtid);
           dev::fence_proxy_async_smem();
@@ -379,7 +392,6 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           for (int h = 0; h < 2; ++h) {
             scale[h] = smem.row_scale[stage][rows[h]];
             row_m[h] = smem.row_max[stage][rows[h]];
-            row_l[h] = row_l[h] * scale[h] + smem.row_sum[stage][rows[h]];
           }
           if (valid < Cfg::kBlockN) {
             zero_tail_rows<Cfg>(tile, valid, wg, wtid);
@@ -406,11 +418,15 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
         for (int k = 0; k < size<2>(tOrP); ++k) gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
         warpgroup_commit_batch();
         if (wtid == 0) trace::event(wg, g, trace::kIssued);
+        // The row sums take the tile's four parts per row while P V runs (off the softmax's chain).
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float4 part = *reinterpret_cast<const float4*>(smem.row_sum_part[stage][rows[h]]);
+          row_l[h] = row_l[h] * scale[h] + ((part.x + part.y) + (part.z + part.w));
+        }
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
-      staged_output = !split;
-      if (!staged_output) dev::mbar_arrive(&smem.k_empty[(g - 1) & 1]);
     }
 
     float inv[2], lse[2];
@@ -423,32 +439,23 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
       lse[h] = any ? row_m[h] * kLn2 + logf(row_l[h]) : (split ? -INFINITY : INFINITY);
     }
 
-    if (split) {
-      const int slot = split_base + split_idx;
-      const size_t rows_per_slot = static_cast<size_t>(p.h_kv) * p.tiling.num_m_blocks * detail::kTileRows;
-      const size_t row0 = static_cast<size_t>(slot) * rows_per_slot +
-                          (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * detail::kTileRows;
-      // One base pointer and one validity test per row, then 8-byte stores at constant offsets:
-      // element 4 j + 2 h (+1) of the fragment is row h, columns 8 j + 2 (lane % 4) (+1). (Written
-      // per element with a computed float2 pointer, this was two 4-byte stores, a branch and ~12
-      // address instructions per pair, and twice the sectors.)
+    // A split piece's rows go to its partial-result slot (element type, rows of 512 contiguous
+    // columns); the combine merges them. Its LSE goes beside them.
+    const size_t accum_row0 =
+        split ? static_cast<size_t>(split_base + split_idx) * p.h_kv * p.tiling.num_m_blocks * detail::kTileRows +
+                    (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * detail::kTileRows
+              : 0;
+    if (split && wg == 0 && lane % 4 == 0) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (!row_valid[h]) continue;
-        float* row_ptr = p.o_accum + (row0 + rows[h]) * Cfg::kHeadDimV + col_base_o + 2 * (lane % 4);
-        CUTE_UNROLL
-        for (int j = 0; j < size(tOrO) / 4; ++j)
-          dev::st_global_v2(row_ptr + 8 * j, tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
-      }
-      if (wg == 0 && lane % 4 == 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (row_valid[h]) p.lse_accum[row0 + rows[h]] = lse[h];
-      }
-    } else if (staged_output) {
-      // Stored straight from the accumulator fragment, the output leaves in 4-byte pieces spread
-      // over 8 rows per warp instruction, which cost 8-14 us of the short memory-bound rows
-      // (measured). Instead each warpgroup stages its 64 x 256 half in shared memory and every
+      for (int h = 0; h < 2; ++h)
+        if (row_valid[h]) p.lse_accum[accum_row0 + rows[h]] = lse[h];
+    }
+    if (seqlen > 0) {
+      // The output rows, or a split piece's partial rows (the same element type: half the bytes of
+      // fp32 to write here and to read in the combine). Stored straight from the accumulator
+      // fragment, the output leaves in 4-byte pieces spread over 8 rows per warp instruction,
+      // which cost 8-14 us of the short memory-bound rows (measured; 16-bit partials stored that
+      // way made b = 8 and b = 1 7-20 % slower, session 9). Instead each warpgroup stages its 64 x 256 half in shared memory and every
       // warp stores whole 512-byte row halves. The staging area is this warpgroup's own V half of
       // the last K stage (chunks 4 wg .. 4 wg + 3): no other reader is left once its own P V has
       // retired, so a warpgroup barrier is the only synchronisation needed. Row r, 16-byte group
@@ -466,20 +473,32 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
         dev::st_shared_u32(row_addr[(i / 2) % 2] ^ ((i / 4) << 4), *reinterpret_cast<uint32_t*>(&packed));
       }
       dev::named_barrier_sync(kBarrierWarpgroup + wg, 128);
-      for (int r = warp_in_wg; r < Cfg::kBlockM; r += 4) {
-        int token, head_in_kv;
-        if (!p.tiling.row(m, r, token, head_in_kv)) continue;
-        const uint4 v = dev::ld_shared_u128(staging + r * kHalfRowBytes + ((lane ^ (r % 8)) << 4));
-        typename Native::type* dst = static_cast<typename Native::type*>(p.out) + req * p.out_batch_stride +
-                                     token * p.out_token_stride +
-                                     (kv * p.tiling.heads_per_kv + head_in_kv) * p.out_head_stride + col_base_o +
-                                     lane * 8;
-        *reinterpret_cast<uint4*>(dst) = v;
+      // Each warp stores 16 row halves. All 16 are read from shared memory first, so the stage is
+      // released before the global stores are issued: the next request's tiles load into it.
+      constexpr int kRowsPerWarp = Cfg::kBlockM / 4;
+      uint4 staged[kRowsPerWarp];
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int r = warp_in_wg + 4 * i;
+        staged[i] = dev::ld_shared_u128(staging + r * kHalfRowBytes + ((lane ^ (r % 8)) << 4));
       }
       dev::fence_proxy_async_smem();  // these generic accesses come before the stage's next TMA write
       dev::mbar_arrive(&smem.k_empty[(g - 1) & 1]);
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int r = warp_in_wg + 4 * i;
+        int token, head_in_kv;
+        if (!p.tiling.row(m, r, token, head_in_kv)) continue;
+        typename Native::type* dst =
+            split ? static_cast<typename Native::type*>(p.o_accum) + (accum_row0 + r) * Cfg::kHeadDimV + col_base_o +
+                        lane * 8
+                  : static_cast<typename Native::type*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
+                        (kv * p.tiling.heads_per_kv + head_in_kv) * p.out_head_stride + col_base_o + lane * 8;
+        *reinterpret_cast<uint4*>(dst) = staged[i];
+      }
     } else {
-      // A request with no key loaded no stage to stage through: its output (zeros) is stored directly.
+      // A request with no key loaded no stage to stage through: its output (zeros) is stored
+      // directly. It is one work unit, so it is never split.
       typename Native::type* out_rows[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
