@@ -38,22 +38,37 @@ __device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, fl
   *reinterpret_cast<uint2*>(dst) = v;
 }
 
+// Two 16-bit values (one 32-bit word) as floats.
+template <typename Element>
+__device__ __forceinline__ float2 unpack2(uint32_t word) {
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>)
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
+  else
+    return __half22float2(*reinterpret_cast<const __half2*>(&word));
+}
+
 // Four consecutive 16-bit partial-output values as floats (one 8-byte load).
 template <typename Element>
-__device__ __forceinline__ float4 load4(const Element* src);
-template <>
-__device__ __forceinline__ float4 load4<__nv_bfloat16>(const __nv_bfloat16* src) {
+__device__ __forceinline__ float4 load4(const Element* src) {
   const uint2 v = *reinterpret_cast<const uint2*>(src);
-  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
-  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
+  const float2 lo = unpack2<Element>(v.x), hi = unpack2<Element>(v.y);
   return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
-template <>
-__device__ __forceinline__ float4 load4<__half>(const __half* src) {
-  const uint2 v = *reinterpret_cast<const uint2*>(src);
-  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&v.x));
-  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&v.y));
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
+
+// The LSE of one row merged over its n pieces, by one warp (lanes stride over the pieces); `any`:
+// some piece saw a key. A piece with no visible key has LSE -inf; a row with none in any piece gets
+// LSE +inf (and out 0).
+__device__ __forceinline__ float merged_lse(const float* lse_of, size_t piece_stride, int n, int lane, bool& any) {
+  float max_lse = -INFINITY;
+  for (int s = lane; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * piece_stride]);
+  for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
+  float sum = 0.f;
+  if (max_lse != -INFINITY) {
+    for (int s = lane; s < n; s += 32) sum += __expf(lse_of[s * piece_stride] - max_lse);
+  }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  any = sum > 0.f;
+  return any ? max_lse + logf(sum) : INFINITY;
 }
 
 // Grid: (split request, kv head, query row of that head: token-major). The number of split
@@ -91,17 +106,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
   __shared__ float weight[kMaxCombinePieces];
   __shared__ float row_lse;
   if (threadIdx.x < 32) {
-    float max_lse = -INFINITY;
-    for (int s = lane; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * rows_per_slot]);
-    for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
-    float sum = 0.f;
-    if (max_lse != -INFINITY) {
-      for (int s = lane; s < n; s += 32) sum += __expf(lse_of[s * rows_per_slot] - max_lse);
-    }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    // A piece with no visible key has LSE -inf; a row with none in any piece gets out 0, LSE +inf.
-    const float lse = sum > 0.f ? max_lse + logf(sum) : INFINITY;
-    for (int s = lane; s < n; s += 32) weight[s] = sum > 0.f ? __expf(lse_of[s * rows_per_slot] - lse) : 0.f;
+    bool any;
+    const float lse = merged_lse(lse_of, rows_per_slot, n, lane, any);
+    for (int s = lane; s < n; s += 32) weight[s] = any ? __expf(lse_of[s * rows_per_slot] - lse) : 0.f;
     if (lane == 0) row_lse = lse;
   }
   __syncthreads();
@@ -134,11 +141,7 @@ __device__ __forceinline__ void load8(const Element* src, float (&v)[8]) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    float2 f;
-    if constexpr (std::is_same_v<Element, __nv_bfloat16>)
-      f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
-    else
-      f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+    const float2 f = unpack2<Element>(words[i]);
     v[2 * i] = f.x;
     v[2 * i + 1] = f.y;
   }
@@ -171,15 +174,8 @@ __global__ void __launch_bounds__(kRowWarpsPerCta * 32) combine_warp_per_row_ker
                        (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * kTileRows + r;
     const float* lse_of = p.lse_accum + row;
 
-    float max_lse = -INFINITY;
-    for (int s = lane; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * rows_per_slot]);
-    for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
-    float sum = 0.f;
-    if (max_lse != -INFINITY) {
-      for (int s = lane; s < n; s += 32) sum += __expf(lse_of[s * rows_per_slot] - max_lse);
-    }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const float lse = sum > 0.f ? max_lse + logf(sum) : INFINITY;
+    bool any;
+    const float lse = merged_lse(lse_of, rows_per_slot, n, lane, any);
 
     float acc[2][8] = {};
     const Element* src = static_cast<const Element*>(p.o_accum) + row * kDv + lane * 8;
