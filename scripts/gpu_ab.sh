@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of variants in one device call: each variant is built (all in parallel) in its own copy of
-# the tree, then the same rows are timed with every build, one variant after the other. The
+# the tree, then the same rows are timed with every build, alternating row by row. The
 # working tree itself is variant "cur". A variant is
 #   NAME.patch  a diff against the working tree (git diff / git format-patch), applied with git apply;
 #   NAME.cuh    a file put in place of src/sm90/dense_decode/kernel.cuh (with NAME.config.h, when
@@ -11,7 +11,8 @@
 #   bash scripts/gpu_ab.sh .deps/variant/a.patch .deps/variant/b.cuh
 # (variant files in an ignored folder travel with the device tool's `carry`). Rows: HMLA_AB_ROWS,
 # lines of hmla-bench arguments (default: the quick sweep and one long memory-bound row).
-# Each build is left in /tmp/hmla_ab_NAME/b for commands that follow in the same call.
+# Each build is left in /tmp/hmla_ab_NAME/b for commands that follow in the same call. Rows are
+# timed with every variant in turn (HMLA_AB_REPS rounds), each output line prefixed by the variant.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -60,13 +61,19 @@ build_variant() {
 
 for v in "${variants[@]}"; do build_variant "$v" & done
 wait
-for v in "${variants[@]}"; do
-  name=$(variant_name "$v")
-  bench=/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench
-  [ -x "$bench" ] || continue
-  echo "== $name"
-  while IFS= read -r args; do
-    # shellcheck disable=SC2086
-    "$bench" $args --no-ceilings --anchors "$anchors" 2>/dev/null | grep -E '^ +[0-9]'
-  done <<< "$rows"
-done
+# Row by row, the variants alternate (HMLA_AB_REPS rounds, default 2): the card's clock drifts with
+# its temperature and power state over a call, and alternating spreads that drift over all of them.
+reps=${HMLA_AB_REPS:-2}
+while IFS= read -r args; do
+  [ -n "$args" ] || continue
+  echo "== $args"
+  for ((rep = 0; rep < reps; ++rep)); do
+    for v in "${variants[@]}"; do
+      name=$(variant_name "$v")
+      bench=/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench
+      [ -x "$bench" ] || continue
+      # shellcheck disable=SC2086
+      "$bench" $args --no-ceilings --anchors "$anchors" 2>/dev/null | grep -E '^ +[0-9]' | sed "s/^/$name /"
+    done
+  done
+done <<< "$rows"

@@ -13,6 +13,11 @@ namespace hmla::detail {
 namespace {
 
 constexpr int kCombineWarps = 4;  // one query row per CTA, 4 columns per thread: small batches spread wide
+// The CTA-per-row kernel splits a row's pieces over this many groups of kCombineWarps warps: four
+// times the loads in flight per row, and at most 4 CTAs (rows) per SM. Its CTAs start on the SMs
+// the attention kernel left idle or frees first; with 128 threads up to 16 rows piled onto each of
+// those (b = 1, h_q 128: 128 rows of 64 pieces, 25.1 -> 30.2 us once the grid held only real rows).
+constexpr int kCombineGroups = 4;
 constexpr int kMaxCombinePieces = 1024;  // pieces of one request: at most one per part (<= SMs)
 constexpr int kDv = 512;
 constexpr int kRowWarpsPerCta = 8;  // the warp-per-row kernel: 8 rows per CTA
@@ -74,19 +79,23 @@ __device__ __forceinline__ float merged_lse(const float* lse_of, size_t piece_st
 // Grid: (split request, kv head, query row of that head: token-major). The number of split
 // requests is known only on the device; only real query rows get a CTA (tiles padded to 64 rows
 // would launch 4x more CTAs for h_q = 16, and those idle CTAs cost more than the merge itself).
-// One warp turns the pieces' LSEs into weights, then each thread merges 4 columns so the loads
-// stay coalesced.
+// One warp turns the pieces' LSEs into weights, then each thread merges 4 columns of every
+// kCombineGroups-th piece so the loads stay coalesced, and the groups' sums are added in a fixed
+// order (deterministic).
 //
 // The split list comes from the plan, which finished before the attention kernel started (that
 // launch does not overlap its predecessor), so it is read before waiting for the attention kernel:
-// the CTAs without a split request (most of them; all of them when no request is split) retire
-// while the attention kernel still runs instead of being launched one after another after it.
+// CTAs without a split request retire at once, and the others know their row's request, pieces
+// and slots before the wait.
 template <typename Element>
-__global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombineParams p) {
+__global__ void __launch_bounds__(kCombineWarps * 32 * kCombineGroups) combine_kernel(CombineParams p) {
   const int count = p.split_list[0];
   if (static_cast<int>(blockIdx.x) >= count) return;
-  dev::pdl_wait_for_prerequisites();
+  // Which request, and its pieces, are plan data too: read before the wait, off the merge's chain.
   const int req = p.split_list[1 + blockIdx.x];
+  const int n = p.req_num_splits[req];
+  const int base = p.req_split_base[req];
+  dev::pdl_wait_for_prerequisites();
   const int kv = blockIdx.y;
   const int token = blockIdx.z / p.tiling.heads_per_kv;
   const int head_in_kv = blockIdx.z % p.tiling.heads_per_kv;
@@ -95,14 +104,13 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
   const int r = (token % p.tiling.tokens_per_tile) * p.tiling.heads_per_tile + head_in_kv % kTileRows;
   const int lane = threadIdx.x % 32;
 
-  const int n = p.req_num_splits[req];
-  const int base = p.req_split_base[req];
   const size_t rows_per_slot = static_cast<size_t>(p.h_kv) * p.tiling.num_m_blocks * kTileRows;
   const size_t row = (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * kTileRows + r;
   const float* lse_of = p.lse_accum + static_cast<size_t>(base) * rows_per_slot + row;
 
   // The pieces' weights exp(lse_s - lse) go to shared memory once (one warp), so the merge loop
-  // below has no dependent global load between its o_accum loads, of which 16 are in flight.
+  // below has no dependent global load between its o_accum loads, of which 8 per thread are in
+  // flight.
   __shared__ float weight[kMaxCombinePieces];
   __shared__ float row_lse;
   if (threadIdx.x < 32) {
@@ -114,18 +122,29 @@ __global__ void __launch_bounds__(kCombineWarps * 32) combine_kernel(CombinePara
   __syncthreads();
   const float lse = row_lse;
 
+  constexpr int kGroupThreads = kCombineWarps * 32;
+  const int group = threadIdx.x / kGroupThreads;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  const int col = threadIdx.x * 4;
+  const int col = (threadIdx.x % kGroupThreads) * 4;
   if (lse != INFINITY && col < p.d_v) {
     const Element* src =
         static_cast<const Element*>(p.o_accum) + (static_cast<size_t>(base) * rows_per_slot + row) * p.d_v + col;
     const size_t slot_stride = rows_per_slot * p.d_v;
-#pragma unroll 16
-    for (int s = 0; s < n; ++s) {
+#pragma unroll 8
+    for (int s = group; s < n; s += kCombineGroups) {
       const float w = weight[s];
       const float4 v = load4<Element>(src + s * slot_stride);
       acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
     }
+  }
+  __shared__ float4 group_acc[kCombineGroups - 1][kGroupThreads];
+  if (group > 0) group_acc[group - 1][threadIdx.x % kGroupThreads] = acc;
+  __syncthreads();
+  if (group > 0) return;
+#pragma unroll
+  for (int g = 0; g < kCombineGroups - 1; ++g) {
+    const float4 v = group_acc[g][threadIdx.x];
+    acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
   }
   const int head = kv * p.tiling.heads_per_kv + head_in_kv;
   Element* dst = static_cast<Element*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
@@ -221,15 +240,14 @@ void launch_combine(const CombineParams& params, cudaStream_t stream) {
                     std::to_string(kMaxCombinePieces) + " pieces per request");
   if (params.d_v != kDv) throw CudaError("hmla: the combine supports d_v = 512, got " + std::to_string(params.d_v));
   const int rows_per_req = params.h_kv * params.tiling.s_q * params.tiling.heads_per_kv;
-  // Split requests are at most min(batch, parts): the most rows there can be to merge.
-  const long long max_rows =
-      static_cast<long long>(params.batch < params.num_sm_parts ? params.batch : params.num_sm_parts) * rows_per_req;
   cudaLaunchConfig_t config{};
-  // x: one slot per part (the split requests are at most that many, and only the device knows how
-  // many there are). The spare CTAs retire before the programmatic wait, while the attention
-  // kernel runs, so they cost little once it ends.
-  config.gridDim = dim3(params.num_sm_parts, params.h_kv, params.tiling.s_q * params.tiling.heads_per_kv);
-  config.blockDim = dim3(kCombineWarps * 32);
+  // x: one slot per split request there can be, min(batch, parts): only the device knows how many
+  // there are. The spare CTAs retire at once, but not while the attention kernel runs (its CTAs
+  // hold a whole SM's registers), so each costs a CTA launch after it: with a slot per part, b = 1
+  // launched 66 x 128 CTAs for 128 rows.
+  const int max_split_requests = params.batch < params.num_sm_parts ? params.batch : params.num_sm_parts;
+  config.gridDim = dim3(max_split_requests, params.h_kv, params.tiling.s_q * params.tiling.heads_per_kv);
+  config.blockDim = dim3(kCombineWarps * 32 * kCombineGroups);
   config.dynamicSmemBytes = 0;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
@@ -237,6 +255,7 @@ void launch_combine(const CombineParams& params, cudaStream_t stream) {
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
+  const long long max_rows = static_cast<long long>(max_split_requests) * rows_per_req;  // the most to merge
   if (max_rows >= kWarpPerRowFrom) {
     const long long ctas = (max_rows + kRowWarpsPerCta - 1) / kRowWarpsPerCta;
     config.gridDim = dim3(static_cast<unsigned>(ctas < kRowMaxCtas ? ctas : kRowMaxCtas));
