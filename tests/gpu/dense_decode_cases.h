@@ -276,6 +276,22 @@ inline std::vector<DecodeCase> edge_cases() {
     c.softmax_scale = 5.0f;
     add(c);
   }
+  // ---- plans for fewer SMs than the device has (the num_sms argument): small problems split the way
+  // large ones split on the whole GPU (two-piece requests, a piece whose causal rows see no key)
+  {
+    auto few = [&](DecodeCase c, int num_sms) {
+      c.num_sms = num_sms;
+      add(std::move(c));
+    };
+    few(make_case("FewSMs12_b2_sq1_hq128_two_pieces", bf16, 2, 1, 128, 1, {740, 740}, false), 12);
+    few(make_case("FewSMs24_b3_sq2_causal_hq128_fp16", fp16, 3, 2, 128, 1, {740, 740, 0}, true), 24);
+    // Pieces 0..127 and 128..131: causal query rows 0..10 see no key of the second piece.
+    few(make_case("FewSMs4_b1_sq16_causal_hq4_empty_piece", bf16, 1, 16, 4, 1, {132}, true), 4);
+    few(make_case("FewSMs4_b2_sq1_hq16", bf16, 2, 1, 16, 1, {387, 387}, false), 4);
+    few(make_case("FewSMs1_b3_sq1_hq16_one_part", bf16, 3, 1, 16, 1, {100, 5000, 0}, false), 1);
+    few(make_case("FewSMs7_b5_sq2_hq64_odd_parts", bf16, 5, 2, 64, 1, {1, 900, 64, 2000, 333}, false), 7);
+  }
+
   return v;
 }
 
@@ -303,6 +319,9 @@ inline std::vector<DecodeCase> sanitizer_cases() {
   v.push_back(c);
   v.push_back(make_case("b2_sq2_causal_hq64_hkv8_fp16_page64", DType::kFP16, 2, 2, 64, 8, {200, 21},
                         true, 64));
+  DecodeCase few = make_case("FewSMs4_b1_sq16_causal_hq4_empty_piece", DType::kBF16, 1, 16, 4, 1, {132}, true);
+  few.num_sms = 4;
+  v.push_back(few);
   for (auto& x : v) x.ref_budget = -1;
   return v;
 }

@@ -111,9 +111,9 @@ Strided make_layout_lse(bool padded, int64_t b, int64_t h, int64_t s) {
 }
 
 std::string describe_case(const DecodeCase& c) {
-  return fmt("%s [%s b=%d s_q=%d h_q=%d h_kv=%d page=%d causal=%d]", c.name.c_str(),
+  return fmt("%s [%s b=%d s_q=%d h_q=%d h_kv=%d page=%d causal=%d num_sms=%d]", c.name.c_str(),
              hmla::dtype_name(c.dtype), c.batch, c.s_q, c.h_q, c.h_kv, c.page_size,
-             c.causal ? 1 : 0);
+             c.causal ? 1 : 0, c.num_sms);
 }
 
 // Values in block-table slots past a request's pages: none of them may ever be dereferenced.
@@ -436,7 +436,7 @@ hmla::DenseDecodeParams DecodeProblem::device_params() const {
 }
 
 size_t DecodeProblem::workspace_bytes() const {
-  return hmla::dense_decode_workspace_bytes(c_.batch, c_.s_q, c_.h_q, c_.h_kv);
+  return hmla::dense_decode_workspace_bytes(c_.batch, c_.s_q, c_.h_q, c_.h_kv, c_.num_sms);
 }
 
 bool DecodeProblem::plan_and_run(cudaStream_t stream) {
@@ -448,7 +448,7 @@ bool DecodeProblem::plan_and_run(cudaStream_t stream) {
   try {
     const hmla::DecodeSchedule sched =
         hmla::dense_decode_plan(dev_seqlens_.as<int32_t>(), c_.batch, c_.s_q, c_.h_q, c_.h_kv,
-                                dev_ws_.get(), bytes, stream);
+                                dev_ws_.get(), bytes, stream, c_.num_sms);
     hmla::dense_decode_run(device_params(), sched, stream);
   } catch (const std::exception& e) {
     ADD_FAILURE() << describe_case(c_) << ": plan/run threw: " << e.what();

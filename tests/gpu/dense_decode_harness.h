@@ -76,6 +76,8 @@ struct DecodeCase {
   // otherwise); < 0: unlimited (every row). HMLA_TEST_FULL=1 makes every budget unlimited.
   double ref_budget = 0;
   bool grid_case = false;
+  int num_sms = 0;  // the SM count the plan schedules for (0: the device's); small counts split
+                    // small problems the way large ones split on the whole GPU
 };
 
 // Number of keys query `t` of a request of length `len` attends to.

@@ -27,7 +27,9 @@
 //      full, h_q 128 sampled), 256K, every page size {16, 32, 64, 128, 256} around page
 //      boundaries, varlen 0..300 mixed, s_q up to 16 with and without causal, the DeepSeek shape
 //      (h_q 128, h_kv 1) at s_k 1..32768, batch 4096, arbitrary q/out/lse/block-table strides
-//      (head-major, token-major, padded), explicit softmax scales, fp16 throughout. Budget
+//      (head-major, token-major, padded), explicit softmax scales, fp16 throughout, plans for
+//      1..24 SMs (the num_sms argument: requests cut in two pieces, one piece whose causal rows see
+//      no key, one part holding every request, an odd part count). Budget
 //      HMLA_TEST_SPECIAL_REF_BUDGET (default 2e9) unless the case sets its own.
 //  * DenseDecodeCacheStrides: padded cache head/token/block strides (skipped if validate()
 //      rejects them; never a wrong answer).
@@ -38,8 +40,8 @@
 //      two runs -> identical; one plan for three layers (three caches, one seqlens tensor);
 //      CUDA-graph capture of plan+run on a non-default stream, replayed with new q and new
 //      cache_seqlens.
-//  * SanitizerSubset/DenseDecodeSanitizer [*Sanitizer*]: 8 small cases (s_k 20..300, b 1..4,
-//      causal + varlen, pages 64 and 16, both dtypes), every row compared.
+//  * SanitizerSubset/DenseDecodeSanitizer [*Sanitizer*]: 9 small cases (s_k 20..300, b 1..4,
+//      causal + varlen, pages 64 and 16, both dtypes, one planned for 4 SMs), every row compared.
 //
 // ================================================================================ each case
 // Inputs: bf16/fp16 values 0.1 * N(0,1)-like (never zero), fixed seed per case (q) and per cache.

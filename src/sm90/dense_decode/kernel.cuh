@@ -104,6 +104,10 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
     for (int u = u0; u < u1; ++u, ++tile) {
       trace::event(2, tile, trace::kProducerWait);
       dev::mbar_wait(&smem.k_empty[stage], phase ^ 1);
+      // At kernel start every CTA loads at once and HBM is the limit: the second tile waits for the
+      // first to land, so Q and the first tile, which the first S needs, do not share the burst with
+      // a tile that is needed only after the first softmax.
+      if (tile == 1) dev::mbar_wait(&smem.k_full[0], 0);
       trace::event(2, tile, trace::kProducerIssue);
       const int token0 = u * Cfg::kBlockN;
       const int valid = min(Cfg::kBlockN, seqlen - token0);
