@@ -74,7 +74,9 @@ struct Config {
     // Softmax statistics of tile g, from its scoring warpgroup to the other (double buffered).
     float row_scale[kStages][kBlockM];  // exp2(old max - new max)
     float row_max[kStages][kBlockM];    // new running max (log2 domain)
-    alignas(16) float row_sum_part[kStages][kBlockM][4];  // each lane's part of the row's P sum
+    // Each lane's share of the row sums at a request's end, per writing warpgroup; two slots
+    // alternating between requests.
+    alignas(16) float row_sum_share[2][kConsumerWarpgroups][kBlockM][4];
     uint64_t q_full;
     uint64_t q_empty;
     uint64_t k_full[kStages];

@@ -220,6 +220,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
 
   int g = 0;  // tiles consumed so far by this CTA: stage g % 2, scorer g % 2, phase (g / 2) % 2
   uint32_t q_phase = 0;
+  int sum_slot = 0;  // row-sum shares slot of the current request: alternates between requests
   for (int req = meta.begin_req; req <= meta.end_req; ++req) {
     const int seqlen = req == meta.begin_req ? meta.begin_seqlen : p.seqlens[req];
     const bool split = p.req_num_splits[req] > 1;
@@ -237,6 +238,10 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
     // Reference max (log2 domain of the scaled scores) and row sum, identical in both consumers.
     float row_m[2] = {-INFINITY, -INFINITY};
     float row_l[2] = {0.f, 0.f};
+    // This lane's share of each row sum: the P sums of the tiles this warpgroup scored (its lane's
+    // columns), carried through every tile's scale. The two warpgroups' shares meet once per
+    // request, through the last tile's P barrier, instead of a store and a load on every tile.
+    float sum_share[2] = {0.f, 0.f};
     clear(tOrO);
 
     if (seqlen > 0) {
@@ -364,11 +369,11 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             typename Native::pair packed = Native::make(a, b);
             dev::st_shared_u32(p_row_addr[h] ^ ((i / 4) << 4), *reinterpret_cast<uint32_t*>(&packed));
           }
-          // Each lane publishes its own part of the row sums: no shuffles here; both consumers add
-          // the four parts of a row after the P barrier, beside the P V they issue.
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            smem.row_sum_part[stage][rows[h]][lane % 4] = (sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]);
+            sum_share[h] = sum_share[h] * scale[h] + ((sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]));
+            // The request's last tile: this share is complete (this tile's scale included).
+            if (u + 1 == u1) smem.row_sum_share[sum_slot][wg][rows[h]][lane % 4] = sum_share[h];
             if (lane % 4 == 0) {
               smem.row_scale[stage][rows[h]] = scale[h];
               smem.row_max[stage][rows[h]] = new_m[h];
@@ -390,12 +395,19 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           if (u > u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
           if (u + 1 == u1) dev::mbar_arrive(&smem.q_empty);  // this warpgroup's last S is done
           if (wtid == 0) trace::event(wg, g, trace::kDrained);
+          // The request's last tile: this share still lacks this tile's scale, which the scorer
+          // is computing; both warpgroups apply it below.
+          if (u + 1 == u1) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) smem.row_sum_share[sum_slot][wg][rows[h]][lane % 4] = sum_share[h];
+          }
           dev::named_barrier_sync(kBarrierPReady + stage, Cfg::kConsumerThreads);
           if (wtid == 0) trace::event(wg, g, trace::kReady);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             scale[h] = smem.row_scale[stage][rows[h]];
             row_m[h] = smem.row_max[stage][rows[h]];
+            sum_share[h] *= scale[h];
           }
           if (valid < Cfg::kBlockN) {
             zero_tail_rows<Cfg>(tile, valid, wg, wtid);
@@ -422,13 +434,21 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
         for (int k = 0; k < size<2>(tOrP); ++k) gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
         warpgroup_commit_batch();
         if (wtid == 0) trace::event(wg, g, trace::kIssued);
-        // The row sums take the tile's four parts per row while P V runs (off the softmax's chain).
+        // After the request's last P barrier both warpgroups add the same eight parts in the same
+        // order (the scorer's complete share, the other's times this tile's scale), while P V runs.
+        if (u + 1 == u1) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float4 part = *reinterpret_cast<const float4*>(smem.row_sum_part[stage][rows[h]]);
-          row_l[h] = row_l[h] * scale[h] + ((part.x + part.y) + (part.z + part.w));
+          for (int h = 0; h < 2; ++h) {
+            const float4 scored = *reinterpret_cast<const float4*>(smem.row_sum_share[sum_slot][stage][rows[h]]);
+            const float4 other = *reinterpret_cast<const float4*>(smem.row_sum_share[sum_slot][stage ^ 1][rows[h]]);
+            row_l[h] = ((scored.x + scored.y) + (scored.z + scored.w)) +
+                       ((other.x + other.y) + (other.z + other.w)) * scale[h];
+          }
         }
       }
+      // The next request's shares go to the other slot: a warpgroup may write them (a request of
+      // one tile) before the other has read this request's, with no barrier in between.
+      sum_slot ^= 1;
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
     }
