@@ -116,6 +116,14 @@ inline std::vector<DecodeCase> flashmla_grid() {
   return cases;
 }
 
+// Planned for 4 SMs, the request is cut into tokens 0..127 and 128..131: causal query rows 0..10
+// see no key of the second piece, whose LSE is then -inf for them. In the edge and sanitizer lists.
+inline DecodeCase empty_piece_case() {
+  DecodeCase c = make_case("FewSMs4_b1_sq16_causal_hq4_empty_piece", hmla::DType::kBF16, 1, 16, 4, 1, {132}, true);
+  c.num_sms = 4;
+  return c;
+}
+
 // Edge cases beyond the grid. Names say what each one is for.
 inline std::vector<DecodeCase> edge_cases() {
   using hmla::DType;
@@ -285,8 +293,7 @@ inline std::vector<DecodeCase> edge_cases() {
     };
     few(make_case("FewSMs12_b2_sq1_hq128_two_pieces", bf16, 2, 1, 128, 1, {740, 740}, false), 12);
     few(make_case("FewSMs24_b3_sq2_causal_hq128_fp16", fp16, 3, 2, 128, 1, {740, 740, 0}, true), 24);
-    // Pieces 0..127 and 128..131: causal query rows 0..10 see no key of the second piece.
-    few(make_case("FewSMs4_b1_sq16_causal_hq4_empty_piece", bf16, 1, 16, 4, 1, {132}, true), 4);
+    add(empty_piece_case());
     few(make_case("FewSMs4_b2_sq1_hq16", bf16, 2, 1, 16, 1, {387, 387}, false), 4);
     few(make_case("FewSMs1_b3_sq1_hq16_one_part", bf16, 3, 1, 16, 1, {100, 5000, 0}, false), 1);
     few(make_case("FewSMs7_b5_sq2_hq64_odd_parts", bf16, 5, 2, 64, 1, {1, 900, 64, 2000, 333}, false), 7);
@@ -319,9 +326,7 @@ inline std::vector<DecodeCase> sanitizer_cases() {
   v.push_back(c);
   v.push_back(make_case("b2_sq2_causal_hq64_hkv8_fp16_page64", DType::kFP16, 2, 2, 64, 8, {200, 21},
                         true, 64));
-  DecodeCase few = make_case("FewSMs4_b1_sq16_causal_hq4_empty_piece", DType::kBF16, 1, 16, 4, 1, {132}, true);
-  few.num_sms = 4;
-  v.push_back(few);
+  v.push_back(empty_piece_case());
   for (auto& x : v) x.ref_budget = -1;
   return v;
 }
