@@ -22,7 +22,6 @@ constexpr int kCombineGroups = 4;
 constexpr int kMaxCombinePieces = 1024;  // pieces of one request: at most one per part (<= SMs)
 constexpr int kDv = 512;
 constexpr int kRowWarpsPerCta = 8;  // the warp-per-row kernel: 8 rows per CTA
-constexpr int kRowMaxCtas = 4096;   // beyond, a grid-stride loop
 // From this many rows to merge (an upper bound the host knows), one warp per row: 32x fewer CTAs,
 // all in the first wave. Below it, one CTA per row keeps more loads in flight per row, which rows
 // of many pieces (small batches) need (session 8, fp32 partials: b = 32 h_q 128, 4096 rows of 2-3
@@ -61,16 +60,19 @@ __device__ __forceinline__ float4 load4(const Element* src) {
   return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 
-// The LSE of one row merged over its n pieces, by one warp (lanes stride over the pieces); `any`:
-// some piece saw a key. A piece with no visible key has LSE -inf; a row with none in any piece gets
-// LSE +inf (and out 0).
-__device__ __forceinline__ float merged_lse(const float* lse_of, size_t piece_stride, int n, int lane, bool& any) {
-  float max_lse = -INFINITY;
-  for (int s = lane; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * piece_stride]);
+// The LSE of one row merged over its n pieces, by one warp; `any`: some piece saw a key. Lane l
+// brings piece l's LSE (-inf from n on): the caller keeps it for that piece's weight, so the first 32
+// pieces' LSEs are read once. Pieces from 32 on are read here. A piece with no visible key has LSE
+// -inf; a row with none in any piece gets LSE +inf (and out 0).
+__device__ __forceinline__ float merged_lse(float lane_lse, const float* lse_of, size_t piece_stride, int n, int lane,
+                                            bool& any) {
+  float max_lse = lane_lse;
+  for (int s = lane + 32; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * piece_stride]);
   for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
   float sum = 0.f;
   if (max_lse != -INFINITY) {
-    for (int s = lane; s < n; s += 32) sum += __expf(lse_of[s * piece_stride] - max_lse);
+    sum = __expf(lane_lse - max_lse);
+    for (int s = lane + 32; s < n; s += 32) sum += __expf(lse_of[s * piece_stride] - max_lse);
   }
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   any = sum > 0.f;
@@ -111,13 +113,17 @@ __global__ void __launch_bounds__(kCombineWarps * 32 * kCombineGroups) combine_k
 
   // The pieces' weights exp(lse_s - lse) go to shared memory once (one warp), so the merge loop
   // below has no dependent global load between its o_accum loads, of which 8 per thread are in
-  // flight.
+  // flight. (Loading each thread's first piece beside the weights took 8 more registers: b = 8
+  // then ran three CTAs per SM instead of four, and held at four, fewer loads stayed in flight for
+  // rows of many pieces; session 12.)
   __shared__ float weight[kMaxCombinePieces];
   __shared__ float row_lse;
   if (threadIdx.x < 32) {
+    const float lane_lse = lane < n ? lse_of[lane * rows_per_slot] : -INFINITY;
     bool any;
-    const float lse = merged_lse(lse_of, rows_per_slot, n, lane, any);
-    for (int s = lane; s < n; s += 32) weight[s] = any ? __expf(lse_of[s * rows_per_slot] - lse) : 0.f;
+    const float lse = merged_lse(lane_lse, lse_of, rows_per_slot, n, lane, any);
+    if (lane < n) weight[lane] = any ? __expf(lane_lse - lse) : 0.f;
+    for (int s = lane + 32; s < n; s += 32) weight[s] = any ? __expf(lse_of[s * rows_per_slot] - lse) : 0.f;
     if (lane == 0) row_lse = lse;
   }
   __syncthreads();
@@ -154,10 +160,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32 * kCombineGroups) combine_k
   if (threadIdx.x == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
 }
 
-// Eight consecutive 16-bit values as floats (one 16-byte load).
+// Eight consecutive 16-bit values (one 16-byte word) as floats.
 template <typename Element>
-__device__ __forceinline__ void load8(const Element* src, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[8]) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -169,66 +174,93 @@ __device__ __forceinline__ void load8(const Element* src, float (&v)[8]) {
 
 // One warp per (split request, kv head, query row of that head), for batches with many rows to
 // merge. The grid is sized for the most split requests there can be, like the kernel above, with a
-// warp instead of a CTA per row. Lane l merges columns 8 l .. 8 l + 7 and 256 + 8 l .. 256 + 8 l + 7.
+// warp instead of a CTA per row, and covers them all (a grid-stride loop would cost the registers
+// that let four CTAs share an SM). Lane l merges columns 8 l .. 8 l + 7 and 256 + 8 l .. 256 + 8 l + 7.
+// After the wait for the attention kernel a row costs one round trip to L2: its slots (plan data)
+// are located before the wait, and the first two pieces' partial rows load beside the LSEs.
+// Four CTAs per SM (at most 64 registers): b = 32, h_q 128 launches 512 CTAs, one wave.
 template <typename Element>
-__global__ void __launch_bounds__(kRowWarpsPerCta * 32) combine_warp_per_row_kernel(CombineParams p) {
+__global__ void __launch_bounds__(kRowWarpsPerCta * 32, 4) combine_warp_per_row_kernel(CombineParams p) {
+  constexpr int kPrefetched = 2;  // pieces whose rows load beside the LSEs (most rows here have 2-3)
   const int rows_per_req = p.h_kv * p.tiling.s_q * p.tiling.heads_per_kv;
-  const int items = p.split_list[0] * rows_per_req;
   const int warp = blockIdx.x * kRowWarpsPerCta + threadIdx.x / 32;
-  const int warps = gridDim.x * kRowWarpsPerCta;
-  if (warp >= items) return;
-  dev::pdl_wait_for_prerequisites();
+  if (warp >= p.split_list[0] * rows_per_req) return;
   const int lane = threadIdx.x % 32;
   const size_t rows_per_slot = static_cast<size_t>(p.h_kv) * p.tiling.num_m_blocks * kTileRows;
   const size_t slot_stride = rows_per_slot * kDv;
-  for (int item = warp; item < items; item += warps) {
-    const int req = p.split_list[1 + item / rows_per_req];
-    const int in_req = item % rows_per_req;
-    const int kv = in_req / (p.tiling.s_q * p.tiling.heads_per_kv);
-    const int token = (in_req / p.tiling.heads_per_kv) % p.tiling.s_q;
-    const int head_in_kv = in_req % p.tiling.heads_per_kv;
-    const int m = (token / p.tiling.tokens_per_tile) * p.tiling.head_tiles + head_in_kv / kTileRows;
-    const int r = (token % p.tiling.tokens_per_tile) * p.tiling.heads_per_tile + head_in_kv % kTileRows;
-    const int n = p.req_num_splits[req];
-    const size_t row = static_cast<size_t>(p.req_split_base[req]) * rows_per_slot +
-                       (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * kTileRows + r;
-    const float* lse_of = p.lse_accum + row;
+  const int req = p.split_list[1 + warp / rows_per_req];
+  const int in_req = warp % rows_per_req;
+  const int kv = in_req / (p.tiling.s_q * p.tiling.heads_per_kv);
+  const int token = (in_req / p.tiling.heads_per_kv) % p.tiling.s_q;
+  const int head_in_kv = in_req % p.tiling.heads_per_kv;
+  const int m = (token / p.tiling.tokens_per_tile) * p.tiling.head_tiles + head_in_kv / kTileRows;
+  const int r = (token % p.tiling.tokens_per_tile) * p.tiling.heads_per_tile + head_in_kv % kTileRows;
+  const int n = p.req_num_splits[req];
+  const size_t row = static_cast<size_t>(p.req_split_base[req]) * rows_per_slot +
+                     (static_cast<size_t>(kv) * p.tiling.num_m_blocks + m) * kTileRows + r;
+  const float* lse_of = p.lse_accum + row;
+  const Element* src = static_cast<const Element*>(p.o_accum) + row * kDv + lane * 8;
+  dev::pdl_wait_for_prerequisites();
 
-    bool any;
-    const float lse = merged_lse(lse_of, rows_per_slot, n, lane, any);
+  const float lane_lse = lane < n ? lse_of[lane * rows_per_slot] : -INFINITY;
+  uint4 first[kPrefetched][2];
+#pragma unroll
+  for (int q = 0; q < kPrefetched; ++q)
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+      if (q < n) first[q][a] = *reinterpret_cast<const uint4*>(src + q * slot_stride + a * (kDv / 2));
 
-    float acc[2][8] = {};
-    const Element* src = static_cast<const Element*>(p.o_accum) + row * kDv + lane * 8;
-    if (lse != INFINITY) {
-      for (int s0 = 0; s0 < n; s0 += 32) {
-        // Lane l holds the weight of piece s0 + l; shuffles broadcast it, so no dependent global
-        // load sits between the partial-row loads.
-        const float my_weight = s0 + lane < n ? __expf(lse_of[(s0 + lane) * rows_per_slot] - lse) : 0.f;
-        const int chunk = min(32, n - s0);
+  bool any;
+  const float lse = merged_lse(lane_lse, lse_of, rows_per_slot, n, lane, any);
+  float acc[2][8];
+  if (lse != INFINITY) {
+    // Lane l holds the weight of piece s0 + l; shuffles broadcast it, so no dependent global load
+    // sits between the partial-row loads. The first piece's product starts the sums (a split
+    // request has n >= 2), which frees its registers before the second is unpacked.
+    float my_weight = lane < n ? __expf(lane_lse - lse) : 0.f;
+#pragma unroll
+    for (int q = 0; q < kPrefetched; ++q) {
+      if (q >= n) break;
+      const float w = __shfl_sync(0xffffffffu, my_weight, q);
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+        float v[8];
+        unpack8<Element>(first[q][a], v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[a][j] = q == 0 ? w * v[j] : acc[a][j] + w * v[j];
+      }
+    }
+    for (int s0 = 0; s0 < n; s0 += 32) {
+      if (s0 > 0) my_weight = s0 + lane < n ? __expf(lse_of[(s0 + lane) * rows_per_slot] - lse) : 0.f;
+      const int chunk = min(32, n - s0);
 #pragma unroll 4
-        for (int i = 0; i < chunk; ++i) {
-          const float w = __shfl_sync(0xffffffffu, my_weight, i);
-          const Element* piece = src + static_cast<size_t>(s0 + i) * slot_stride;
+      for (int i = s0 == 0 ? kPrefetched : 0; i < chunk; ++i) {
+        const float w = __shfl_sync(0xffffffffu, my_weight, i);
+        const Element* piece = src + static_cast<size_t>(s0 + i) * slot_stride;
 #pragma unroll
-          for (int a = 0; a < 2; ++a) {
-            float v[8];
-            load8(piece + a * (kDv / 2), v);
+        for (int a = 0; a < 2; ++a) {
+          float v[8];
+          unpack8<Element>(*reinterpret_cast<const uint4*>(piece + a * (kDv / 2)), v);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[a][j] += w * v[j];
-          }
+          for (int j = 0; j < 8; ++j) acc[a][j] += w * v[j];
         }
       }
     }
-    const int head = kv * p.tiling.heads_per_kv + head_in_kv;
-    Element* dst = static_cast<Element*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
-                   head * p.out_head_stride + lane * 8;
+  } else {
 #pragma unroll
-    for (int a = 0; a < 2; ++a) {
-      store4<Element>(dst + a * (kDv / 2), acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
-      store4<Element>(dst + a * (kDv / 2) + 4, acc[a][4], acc[a][5], acc[a][6], acc[a][7]);
-    }
-    if (lane == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[a][j] = 0.f;
   }
+  const int head = kv * p.tiling.heads_per_kv + head_in_kv;
+  Element* dst = static_cast<Element*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
+                 head * p.out_head_stride + lane * 8;
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+    store4<Element>(dst + a * (kDv / 2), acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+    store4<Element>(dst + a * (kDv / 2) + 4, acc[a][4], acc[a][5], acc[a][6], acc[a][7]);
+  }
+  if (lane == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
 }
 
 }  // namespace
@@ -259,7 +291,7 @@ void launch_combine(const CombineParams& params, cudaStream_t stream) {
   const long long max_rows = static_cast<long long>(max_split_requests) * rows_per_req;  // the most to merge
   if (max_rows >= kWarpPerRowFrom) {
     const long long ctas = (max_rows + kRowWarpsPerCta - 1) / kRowWarpsPerCta;
-    config.gridDim = dim3(static_cast<unsigned>(ctas < kRowMaxCtas ? ctas : kRowMaxCtas));
+    config.gridDim = dim3(static_cast<unsigned>(ctas));
     config.blockDim = dim3(kRowWarpsPerCta * 32);
     HMLA_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_warp_per_row_kernel<Element>, params));
     return;
