@@ -6,7 +6,8 @@
 #                        wgmma / barrier sequence from cuobjdump (serialised wgmmas show up as
 #                        WARPGROUP.DEPBAR / WARPGROUP.ARRIVE between HGMMA instructions).
 #                        Default row: --b 128 --s-q 2 --h-q 128 --s-k 8192 (compute-bound, anchored).
-#                        Output: $OUT/profile.txt, $OUT/profile.ncu-rep (Nsight Compute GUI).
+#                        Output: $OUT/profile.txt, $OUT/profile.ncu-rep (Nsight Compute GUI),
+#                        $OUT/profile_source.csv.gz (per SASS line: scripts/profile/ncu_csv.py lines).
 #   breakdown ["row" ...] GPU time of each kernel of one call (plan, attention, combine) through
 #                        gpu__time_duration (kernels serialised: no programmatic-launch overlap).
 #                        Default rows: the small-batch anchors (b = 1, 8, 32; h_q 128; s_k 8192).
@@ -91,6 +92,8 @@ timeout 300 ncu --clock-control none --kernel-name regex:dense_decode_kernel --l
   echo "== SASS lines with the most warp stall samples"
   ncu --import "$report.ncu-rep" --page source --print-source sass --csv 2>/dev/null > /tmp/hmla_source.csv
   python3 scripts/profile/ncu_csv.py hot /tmp/hmla_source.csv
+  # Kept for the workstation: scripts/profile/ncu_csv.py lines $OUT/profile_source.csv.gz FIRST LAST
+  gzip -c /tmp/hmla_source.csv > "$OUT/profile_source.csv.gz"
   echo "== wgmma / barrier sequence (cuobjdump)"
   cuobjdump -sass "$lib" 2>/dev/null |
     awk '/Function : /{on = ($0 ~ /dense_decode_kernel/ && $0 ~ /bfloat16/)} on' |
