@@ -32,19 +32,24 @@ def stalls(rows):
         print(f"{v:>14}  {h}")
 
 
-def hot(rows):
+def source_table(rows):
+    """The source page's header, its lines, and the column of all warp-stall samples."""
     hi = next((i for i, r in enumerate(rows) if "Source" in r), None)
     if hi is None:
         print("(no Source column; first rows:)")
         for r in rows[:6]:
             print(r[:12])
-        return
+        sys.exit(1)
     head = rows[hi]
-    src = head.index("Source")
     samp = next((i for i, h in enumerate(head) if h.startswith("Warp Stall Sampling (All")), None)
     if samp is None:
         sys.exit(f"columns: {head}")
-    body = [r for r in rows[hi + 1:] if len(r) > max(src, samp)]
+    return head, [r for r in rows[hi + 1:] if len(r) == len(head)], samp
+
+
+def hot(rows):
+    head, body, samp = source_table(rows)
+    src = head.index("Source")
     total = sum(num(r[samp]) for r in body) or 1.0
     print(f"total samples {total:.0f}")
     for r in sorted(body, key=lambda r: -num(r[samp]))[:45]:
@@ -52,17 +57,12 @@ def hot(rows):
 
 
 def lines(rows, first=0, last=None, min_samples=1):
-    hi = next((i for i, r in enumerate(rows) if r and r[0] == "Address"), None)
-    if hi is None:
-        sys.exit("no Address column: not a source page export")
-    head = rows[hi]
+    head, body, samp = source_table(rows)
     col = {h: i for i, h in enumerate(head)}
-    samp = next(i for i, h in enumerate(head) if h.startswith("Warp Stall Sampling (All"))
     reasons = [h for h in head if h.startswith("stall_") and "Not Issued" not in h]
-    body = rows[hi + 1:]
-    last = len(body) - 1 if last is None else last
+    last = len(body) - 1 if last is None else min(last, len(body) - 1)
     total, by_reason = 0, {}
-    for n in range(first, min(last, len(body) - 1) + 1):
+    for n in range(first, last + 1):
         r = body[n]
         s = int(num(r[samp]))
         total += s
