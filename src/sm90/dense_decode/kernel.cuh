@@ -151,8 +151,12 @@ __device__ void observer_loop(typename Cfg::SharedStorage& smem, const KernelPar
 #endif
 
 // Named barriers of the consumers (0 is __syncthreads).
-constexpr int kBarrierPReady = 1;     // + stage: both consumers, once the scorer's P is in smem
-constexpr int kBarrierWarpgroup = 3;  // + warpgroup: the 128 threads of one consumer
+// Both consumers, once part q of the scorer's P (and, with part 0, its statistics) is in smem:
+// kBarrierP + stage * kPParts + q.
+constexpr int kBarrierP = 1;
+template <typename Cfg>
+constexpr int kBarrierWarpgroup = kBarrierP + Cfg::kStages * Cfg::kPParts;  // + warpgroup: one consumer's 128 threads
+static_assert(kBarrierWarpgroup<Config<cute::half_t>> + 2 <= 16, "named barrier ids");
 
 // A row's reference max (log2 domain) moves only when a score exceeds it by more than this: P is
 // then at most 2^8, exact in bf16/fp16 and harmless in the fp32 sums.
@@ -215,6 +219,12 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
     rows[h] = frag_row(2 * h, warp_in_wg, lane);
     row_valid[h] = p.tiling.row(m, rows[h], row_token[h], row_head[h]);
   }
+  // Fragment element i of S holds key 8 (i / 4) + 2 (lane % 4) + i % 2, so P part q (keys
+  // [q, q + 1) * kPartKeys) is elements [q, q + 1) * kPartKeys / 2, and P V k-step k covers keys
+  // [16 k, 16 k + 16).
+  constexpr int kPartKeys = Cfg::kBlockN / Cfg::kPParts;
+  constexpr int kPartElems = kPartKeys / 2;
+  constexpr int kPartKSteps = kPartKeys / 16;
   const int tile_first_token = p.tiling.first_token(m);
   const int col_base_o = wg * (Cfg::kHeadDimV / 2);
 
@@ -273,8 +283,27 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
         const int token0 = u * Cfg::kBlockN;
         const int valid = min(Cfg::kBlockN, seqlen - token0);
         float scale[2];
+        // The scorer's state between the parts of its softmax: the reference P is taken against,
+        // where its rows of P go, and each part's row sums (chain q holds part q's keys when there
+        // are four parts; the sum order is the same for any number of parts).
+        float base[2], sum4[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        uint32_t p_row_addr[2];
+        const bool scorer = stage == wg;
+        // The scorer's exponentials of P part q (keys [q, q + 1) * kPartKeys), stored to shared memory.
+        auto exponentiate_part = [&](auto part) {
+          constexpr int q = decltype(part)::value;
+          CUTE_UNROLL
+          for (int i = q * kPartElems; i < (q + 1) * kPartElems; i += 2) {
+            const int h = (i / 2) % 2;
+            const float a = dev::exp2_ftz(tSrS(i) * p.scale_log2 - base[h]);
+            const float b = dev::exp2_ftz(tSrS(i + 1) * p.scale_log2 - base[h]);
+            sum4[h][(i / 8) % 4] += a + b;
+            typename Native::pair packed = Native::make(a, b);
+            dev::st_shared_u32(p_row_addr[h] ^ ((i / 4) << 4), *reinterpret_cast<uint32_t*>(&packed));
+          }
+        };
 
-        if (stage == wg) {
+        if (scorer) {
           // This warpgroup scores the tile: S = Q K^T over d_qk = 576.
           Tensor sK = make_tensor(make_smem_ptr(tile), typename Cfg::SmemLayoutK{});
           Tensor tSrK = thr_s.partition_fragment_B(sK);
@@ -334,7 +363,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           // than kLazyMaxMargin, P is taken against the old reference and nothing is rescaled, with
           // one warp vote instead of the row-max shuffles and the exp2 of the scale on this tile's
           // critical path. The first tile of a request always moves it (the reference is -inf).
-          float thread_max[2], base[2], new_m[2];
+          float thread_max[2], base_of[2], new_m[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h)
             thread_max[h] = fmaxf(fmaxf(max4[h][0], max4[h][1]), fmaxf(max4[h][2], max4[h][3])) * p.scale_log2;
@@ -348,32 +377,25 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
               row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
               new_m[h] = fmaxf(row_m[h], row_max);
             }
-            base[h] = new_m[h] == -INFINITY ? 0.f : new_m[h];  // no key yet: P stays 0
-            scale[h] = move ? dev::exp2_ftz(row_m[h] - base[h]) : 1.f;
+            base_of[h] = new_m[h] == -INFINITY ? 0.f : new_m[h];  // no key yet: P stays 0
+            scale[h] = move ? dev::exp2_ftz(row_m[h] - base_of[h]) : 1.f;
           }
-          float sum4[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
           // P goes to smem in SmemLayoutP (128-byte swizzle: the 16-byte column group j of row r
           // sits at group j ^ (r % 8)). Each thread's two rows share r % 8 = lane / 4, so the
           // address of group j is one XOR away from a per-row base, computed here in 32 bits
           // (CuTe's swizzled pointer would turn these into generic 64-bit stores).
-          uint32_t p_row_addr[2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            p_row_addr[h] = dev::smem_addr(p_tile) + rows[h] * (Cfg::kBlockN * 2) + (lane % 4) * 4 + ((lane / 4) << 4);
-          CUTE_UNROLL
-          for (int i = 0; i < size(tSrS); i += 2) {
-            const int h = (i / 2) % 2;
-            const float a = dev::exp2_ftz(tSrS(i) * p.scale_log2 - base[h]);
-            const float b = dev::exp2_ftz(tSrS(i + 1) * p.scale_log2 - base[h]);
-            sum4[h][(i / 8) % 4] += a + b;
-            typename Native::pair packed = Native::make(a, b);
-            dev::st_shared_u32(p_row_addr[h] ^ ((i / 4) << 4), *reinterpret_cast<uint32_t*>(&packed));
-          }
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            sum_share[h] = sum_share[h] * scale[h] + ((sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]));
-            // The request's last tile: this share is complete (this tile's scale included).
-            if (u + 1 == u1) smem.row_sum_share[sum_slot][wg][rows[h]][lane % 4] = sum_share[h];
+            // (A copy, not base computed in place: that compiles to a different register
+            // allocation, not timed; this is the measured form.)
+            base[h] = base_of[h];
+            p_row_addr[h] = dev::smem_addr(p_tile) + rows[h] * (Cfg::kBlockN * 2) + (lane % 4) * 4 + ((lane / 4) << 4);
+          }
+          // P part 0 first: both consumers start their P V on it while this warpgroup
+          // exponentiates the next part.
+          exponentiate_part(Int<0>{});
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
             if (lane % 4 == 0) {
               smem.row_scale[stage][rows[h]] = scale[h];
               smem.row_max[stage][rows[h]] = new_m[h];
@@ -382,11 +404,9 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           }
           if (valid < Cfg::kBlockN) zero_tail_rows<Cfg>(tile, valid, wg, wtid);
           dev::fence_proxy_async_smem();
-          if (wtid == 0) trace::event(wg, g, trace::kSoftmaxed);
-          // One barrier of both consumers publishes P to the other warpgroup and to this one's
-          // own P V (the other consumer is normally waiting here already).
-          dev::named_barrier_sync(kBarrierPReady + stage, Cfg::kConsumerThreads);
-          if (wtid == 0) trace::event(wg, g, trace::kPublished);
+          // One barrier of both consumers publishes P part 0 and the statistics to the other
+          // warpgroup and to this one's own P V (the other is normally waiting here).
+          dev::named_barrier_sync(kBarrierP + stage * Cfg::kPParts, Cfg::kConsumerThreads);
         } else {
           // The other warpgroup scores this tile; take its P and statistics.
           if (wtid == 0) trace::event(wg, g, trace::kTop);
@@ -401,7 +421,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
 #pragma unroll
             for (int h = 0; h < 2; ++h) smem.row_sum_share[sum_slot][wg][rows[h]][lane % 4] = sum_share[h];
           }
-          dev::named_barrier_sync(kBarrierPReady + stage, Cfg::kConsumerThreads);
+          dev::named_barrier_sync(kBarrierP + stage * Cfg::kPParts, Cfg::kConsumerThreads);
           if (wtid == 0) trace::event(wg, g, trace::kReady);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -412,7 +432,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           if (valid < Cfg::kBlockN) {
             zero_tail_rows<Cfg>(tile, valid, wg, wtid);
             dev::fence_proxy_async_smem();
-            dev::named_barrier_sync(kBarrierWarpgroup + wg, 128);
+            dev::named_barrier_sync(kBarrierWarpgroup<Cfg> + wg, 128);
           }
         }
 
@@ -427,12 +447,39 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
         Tensor sVt = make_tensor(make_smem_ptr(tile), typename Cfg::SmemLayoutVt{});
         Tensor tOrP = thr_o.partition_fragment_A(sP);
         Tensor tOrV = thr_o.partition_fragment_B(sVt);
-        warpgroup_fence_operand(tOrO);
-        warpgroup_arrive();
         mma_o.accumulate_ = GMMA::ScaleOut::One;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tOrP); ++k) gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
-        warpgroup_commit_batch();
+        // P V on the keys of part q, left in flight behind the earlier parts'.
+        auto multiply_part = [&](auto part) {
+          constexpr int q = decltype(part)::value;
+          warpgroup_fence_operand(tOrO);
+          warpgroup_arrive();
+          CUTE_UNROLL
+          for (int k = q * kPartKSteps; k < (q + 1) * kPartKSteps; ++k) gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
+          warpgroup_commit_batch();
+        };
+        multiply_part(Int<0>{});
+        // The other parts: the scorer exponentiates part q while the P V of part q - 1 runs.
+        cute::for_each(make_int_range<1, Cfg::kPParts>{}, [&](auto part) {
+          constexpr int q = decltype(part)::value;
+          if (scorer) {
+            exponentiate_part(part);
+            if constexpr (q + 1 == Cfg::kPParts) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                sum_share[h] = sum_share[h] * scale[h] + ((sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]));
+                // The request's last tile: this share is complete (this tile's scale included).
+                if (u + 1 == u1) smem.row_sum_share[sum_slot][wg][rows[h]][lane % 4] = sum_share[h];
+              }
+            }
+            dev::fence_proxy_async_smem();
+            if (q + 1 == Cfg::kPParts && wtid == 0) trace::event(wg, g, trace::kSoftmaxed);
+            dev::named_barrier_sync(kBarrierP + stage * Cfg::kPParts + q, Cfg::kConsumerThreads);
+            if (q + 1 == Cfg::kPParts && wtid == 0) trace::event(wg, g, trace::kPublished);
+          } else {
+            dev::named_barrier_sync(kBarrierP + stage * Cfg::kPParts + q, Cfg::kConsumerThreads);
+          }
+          multiply_part(part);
+        });
         if (wtid == 0) trace::event(wg, g, trace::kIssued);
         // After the request's last P barrier both warpgroups add the same eight parts in the same
         // order (the scorer's complete share, the other's times this tile's scale), while P V runs.
@@ -496,7 +543,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
         typename Native::pair packed = Native::make(tOrO(i) * inv[(i / 2) % 2], tOrO(i + 1) * inv[(i / 2) % 2]);
         dev::st_shared_u32(row_addr[(i / 2) % 2] ^ ((i / 4) << 4), *reinterpret_cast<uint32_t*>(&packed));
       }
-      dev::named_barrier_sync(kBarrierWarpgroup + wg, 128);
+      dev::named_barrier_sync(kBarrierWarpgroup<Cfg> + wg, 128);
       // Each warp stores 16 row halves. All 16 are read from shared memory first, so the stage is
       // released before the global stores are issued: the next request's tiles load into it.
       constexpr int kRowsPerWarp = Cfg::kBlockM / 4;
