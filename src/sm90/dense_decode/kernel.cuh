@@ -154,8 +154,11 @@ __device__ void observer_loop(typename Cfg::SharedStorage& smem, const KernelPar
 // Both consumers, once part q of the scorer's P (and, with part 0, its statistics) is in smem:
 // kBarrierP + stage * kPParts + q.
 constexpr int kBarrierP = 1;
+// + stage: the non-scorer has issued its last P V (it arrives, the scorer waits).
 template <typename Cfg>
-constexpr int kBarrierWarpgroup = kBarrierP + Cfg::kStages * Cfg::kPParts;  // + warpgroup: one consumer's 128 threads
+constexpr int kBarrierPvOrder = kBarrierP + Cfg::kStages * Cfg::kPParts;
+template <typename Cfg>
+constexpr int kBarrierWarpgroup = kBarrierPvOrder<Cfg> + Cfg::kStages;  // + warpgroup: one consumer's 128 threads
 static_assert(kBarrierWarpgroup<Config<cute::half_t>> + 2 <= 16, "named barrier ids");
 
 // A row's reference max (log2 domain) moves only when a score exceeds it by more than this: P is
@@ -475,10 +478,17 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             if (q + 1 == Cfg::kPParts && wtid == 0) trace::event(wg, g, trace::kSoftmaxed);
             dev::named_barrier_sync(kBarrierP + stage * Cfg::kPParts + q, Cfg::kConsumerThreads);
             if (q + 1 == Cfg::kPParts && wtid == 0) trace::event(wg, g, trace::kPublished);
+            // The last part's P V goes behind the other warpgroup's: that one scores the next tile
+            // and can issue its S only once its own P V has retired; with the two interleaved in
+            // the tensor pipe it would retire only when both have, and this one's then fills the
+            // gap between that retirement and the next S instead of delaying it.
+            if constexpr (q + 1 == Cfg::kPParts) dev::named_barrier_sync(kBarrierPvOrder<Cfg> + stage, Cfg::kConsumerThreads);
           } else {
             dev::named_barrier_sync(kBarrierP + stage * Cfg::kPParts + q, Cfg::kConsumerThreads);
           }
           multiply_part(part);
+          if constexpr (q + 1 == Cfg::kPParts)
+            if (!scorer) dev::named_barrier_arrive(kBarrierPvOrder<Cfg> + stage, Cfg::kConsumerThreads);
         });
         if (wtid == 0) trace::event(wg, g, trace::kIssued);
         // After the request's last P barrier both warpgroups add the same eight parts in the same
