@@ -26,9 +26,9 @@ constexpr int kTop = 0;         // loop top, before retiring this warpgroup's pr
 constexpr int kDrained = 1;     // previous P V retired, stage released
 constexpr int kReady = 2;       // scorer: K tile landed; other: P published
 constexpr int kScored = 3;      // scorer: S retired
-constexpr int kSoftmaxed = 4;   // scorer: P and statistics written, before the barrier
-constexpr int kPublished = 5;   // scorer: past the P barrier
-constexpr int kIssued = 6;      // this warpgroup's P V issued
+constexpr int kSoftmaxed = 4;   // scorer: the last part of P written, before its barrier
+constexpr int kPublished = 5;   // scorer: past the last part's P barrier
+constexpr int kIssued = 6;      // this warpgroup's last P V part issued
 // Events of a producer tile.
 constexpr int kProducerWait = 0;  // before waiting for a free stage
 constexpr int kProducerIssue = 1; // stage free, loads about to be issued
