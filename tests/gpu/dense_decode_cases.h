@@ -297,6 +297,16 @@ inline std::vector<DecodeCase> edge_cases() {
     few(make_case("FewSMs4_b2_sq1_hq16", bf16, 2, 1, 16, 1, {387, 387}, false), 4);
     few(make_case("FewSMs1_b3_sq1_hq16_one_part", bf16, 3, 1, 16, 1, {100, 5000, 0}, false), 1);
     few(make_case("FewSMs7_b5_sq2_hq64_odd_parts", bf16, 5, 2, 64, 1, {1, 900, 64, 2000, 333}, false), 7);
+    // Every request in two pieces, some of them ending a part while the other piece starts the next
+    // part; then two-, three- and many-piece requests and an empty one in one batch.
+    few(make_case("FewSMs8_b6_sq1_hq16_two_piece_requests", bf16, 6, 1, 16, 1, {1024, 1024, 1024, 1024, 1024, 1024},
+                  false),
+        8);
+    few(make_case("FewSMs12_b6_sq1_hq16_mixed_pieces", bf16, 6, 1, 16, 1, {2560, 192, 12800, 100, 0, 2112}, false), 12);
+    few(make_case("FewSMs6_b4_sq1_hq16_two_and_three_pieces", bf16, 4, 1, 16, 1, {600, 600, 0, 130}, false), 6);
+    few(make_case("FewSMs24_b5_sq2_causal_hq128_fp16_mixed_pieces", fp16, 5, 2, 128, 1, {2500, 2500, 9000, 1, 2500},
+                  true),
+        24);
   }
 
   return v;

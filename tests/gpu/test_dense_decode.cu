@@ -29,7 +29,8 @@
 //      (h_q 128, h_kv 1) at s_k 1..32768, batch 4096, arbitrary q/out/lse/block-table strides
 //      (head-major, token-major, padded), explicit softmax scales, fp16 throughout, plans for
 //      1..24 SMs (the num_sms argument: requests cut in two pieces, one piece whose causal rows see
-//      no key, one part holding every request, an odd part count). Budget
+//      no key, one part holding every request, an odd part count, two-, three- and many-piece
+//      requests in one batch). Budget
 //      HMLA_TEST_SPECIAL_REF_BUDGET (default 2e9) unless the case sets its own.
 //  * DenseDecodeCacheStrides: padded cache head/token/block strides (skipped if validate()
 //      rejects them; never a wrong answer).
