@@ -337,6 +337,14 @@ inline std::vector<DecodeCase> sanitizer_cases() {
   v.push_back(make_case("b2_sq2_causal_hq64_hkv8_fp16_page64", DType::kFP16, 2, 2, 64, 8, {200, 21},
                         true, 64));
   v.push_back(empty_piece_case());
+  // Parts holding several requests: a tail tile followed by another request in the same part (one
+  // part), and two- and three-piece requests beside an empty one (6 parts).
+  c = make_case("FewSMs1_b3_sq1_hq16_tail_then_requests", DType::kBF16, 3, 1, 16, 1, {100, 640, 0}, false, 64);
+  c.num_sms = 1;
+  v.push_back(c);
+  c = make_case("FewSMs6_b4_sq1_hq16_pieces_and_empty", DType::kBF16, 4, 1, 16, 1, {600, 600, 0, 130}, false, 64);
+  c.num_sms = 6;
+  v.push_back(c);
   for (auto& x : v) x.ref_budget = -1;
   return v;
 }

@@ -41,8 +41,9 @@
 //      two runs -> identical; one plan for three layers (three caches, one seqlens tensor);
 //      CUDA-graph capture of plan+run on a non-default stream, replayed with new q and new
 //      cache_seqlens.
-//  * SanitizerSubset/DenseDecodeSanitizer [*Sanitizer*]: 9 small cases (s_k 20..300, b 1..4,
-//      causal + varlen, pages 64 and 16, both dtypes, one planned for 4 SMs), every row compared.
+//  * SanitizerSubset/DenseDecodeSanitizer [*Sanitizer*]: 11 small cases (s_k 20..640, b 1..4,
+//      causal + varlen, pages 64 and 16, both dtypes; three planned for 1, 4 and 6 SMs, two of them
+//      with parts holding several requests), every row compared.
 //
 // ================================================================================ each case
 // Inputs: bf16/fp16 values 0.1 * N(0,1)-like (never zero), fixed seed per case (q) and per cache.

@@ -165,16 +165,20 @@ static_assert(kBarrierWarpgroup<Config<cute::half_t>> + 2 <= 16, "named barrier 
 // then at most 2^8, exact in bf16/fp16 and harmless in the fp32 sums.
 constexpr float kLazyMaxMargin = 8.f;
 
-// Zeroes this warpgroup's V rows [valid, 64) of a tail tile: those cache rows lie past the
-// request's end and may hold anything (NaN in the tests); P is 0 there but 0 * NaN is NaN.
+// Zeroes the V rows [valid, 64) of a tail tile: those cache rows lie past the request's end and may
+// hold anything (NaN in the tests); P is 0 there but 0 * NaN is NaN. The scorer zeroes all 512
+// columns once its S has retired, and the tile's first P barrier publishes them to both consumers.
+// (Each consumer zeroing its own V half after that barrier needed one more barrier of its own
+// warpgroup on tail tiles only; with that one-sided barrier in a part holding several requests,
+// racecheck reported hazards on the softmax statistics, session 19.)
 template <typename Cfg>
-__device__ __forceinline__ void zero_tail_rows(typename Cfg::Element* tile, int valid, int wg, int wtid) {
+__device__ __forceinline__ void zero_tail_rows(typename Cfg::Element* tile, int valid, int wtid) {
   constexpr int kChunkElems = Cfg::kBlockN * Cfg::kChunkCols;
-  constexpr int kChunksPerHalf = (Cfg::kHeadDimV / 2) / Cfg::kChunkCols;
+  constexpr int kVChunks = Cfg::kHeadDimV / Cfg::kChunkCols;
   const int bytes_per_chunk = (Cfg::kBlockN - valid) * Cfg::kChunkCols * 2;
 #pragma unroll
-  for (int c = 0; c < kChunksPerHalf; ++c) {
-    char* start = reinterpret_cast<char*>(tile + (wg * kChunksPerHalf + c) * kChunkElems + valid * Cfg::kChunkCols);
+  for (int c = 0; c < kVChunks; ++c) {
+    char* start = reinterpret_cast<char*>(tile + c * kChunkElems + valid * Cfg::kChunkCols);
     for (int off = wtid * 16; off < bytes_per_chunk; off += 128 * 16)
       *reinterpret_cast<uint4*>(start + off) = make_uint4(0, 0, 0, 0);
   }
@@ -405,7 +409,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             }
             row_m[h] = new_m[h];
           }
-          if (valid < Cfg::kBlockN) zero_tail_rows<Cfg>(tile, valid, wg, wtid);
+          if (valid < Cfg::kBlockN) zero_tail_rows<Cfg>(tile, valid, wtid);
           dev::fence_proxy_async_smem();
           // One barrier of both consumers publishes P part 0 and the statistics to the other
           // warpgroup and to this one's own P V (the other is normally waiting here).
@@ -431,11 +435,6 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             scale[h] = smem.row_scale[stage][rows[h]];
             row_m[h] = smem.row_max[stage][rows[h]];
             sum_share[h] *= scale[h];
-          }
-          if (valid < Cfg::kBlockN) {
-            zero_tail_rows<Cfg>(tile, valid, wg, wtid);
-            dev::fence_proxy_async_smem();
-            dev::named_barrier_sync(kBarrierWarpgroup<Cfg> + wg, 128);
           }
         }
 
