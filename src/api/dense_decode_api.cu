@@ -6,6 +6,7 @@
 
 #include "api/validate.h"
 #include "common/cuda_check.h"
+#include "common/device_attributes.h"
 #include "hmla/dense_decode.h"
 #include "scheduler/decode_schedule.h"
 #include "scheduler/decode_scheduler.h"
@@ -13,19 +14,6 @@
 
 namespace hmla {
 namespace {
-
-constexpr int kMaxDevices = 64;
-
-int current_device_sm_count() {
-  static int cached[kMaxDevices] = {};
-  int device = 0;
-  HMLA_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kMaxDevices && cached[device] > 0) return cached[device];
-  int count = 0;
-  HMLA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  if (device < kMaxDevices) cached[device] = count;
-  return count;
-}
 
 struct ScheduleShape {
   detail::RowTiling tiling;
@@ -63,7 +51,7 @@ size_t dense_decode_workspace_bytes(int batch, int s_q, int h_q, int h_kv, int n
   if (num_sms < 0)
     throw InvalidArgument("hmla::dense_decode_workspace_bytes", "num_sms", std::to_string(num_sms),
                           ">= 0 (0: the current device's SM count)");
-  if (num_sms == 0) num_sms = current_device_sm_count();
+  if (num_sms == 0) num_sms = detail::current_device_sm_count();
   return schedule_shape(batch, s_q, h_q, h_kv, num_sms).layout.total;
 }
 
@@ -73,7 +61,7 @@ DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_
   if (num_sms < 0)
     throw InvalidArgument("hmla::dense_decode_plan", "num_sms", std::to_string(num_sms),
                           ">= 0 (0: the current device's SM count)");
-  if (num_sms == 0) num_sms = current_device_sm_count();
+  if (num_sms == 0) num_sms = detail::current_device_sm_count();
   const ScheduleShape shape = schedule_shape(batch, s_q, h_q, h_kv, num_sms);
   detail::validate_plan_args(cache_seqlens, batch, s_q, h_q, h_kv, workspace, workspace_bytes,
                              shape.layout.total);
@@ -94,7 +82,9 @@ DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_
   s.split_list = reinterpret_cast<int32_t*>(base + shape.layout.split_list);
   s.lse_accum = reinterpret_cast<float*>(base + shape.layout.lse_accum);
   s.o_accum = base + shape.layout.o_accum;
-  detail::launch_decode_scheduler(cache_seqlens, batch, shape.num_sm_parts, workspace, shape.layout, stream);
+  detail::DecodeWork work{};
+  work.seqlens = cache_seqlens;
+  detail::launch_decode_scheduler(work, batch, shape.num_sm_parts, workspace, shape.layout, stream);
   return s;
 }
 

@@ -15,6 +15,7 @@
 
 #include "hmla/dense_decode.h"
 #include "hmla/types.h"
+#include "scheduler/decode_schedule.h"
 
 namespace hmla {
 namespace {
@@ -24,6 +25,7 @@ using detail::kDenseDecodeWhere;
 using detail::kDenseDQK;
 using detail::kDenseDV;
 using detail::kMaxHeadsQ;
+using detail::kMaxPlanRequests;
 using detail::kMaxSeqQ;
 
 constexpr int64_t kHalfBytes = 2;           // bf16 and fp16
@@ -121,7 +123,7 @@ bool is_supported_page_size(int page_size) {
 namespace detail {
 
 void validate_plan_shape(const char* where, int batch, int s_q, int h_q, int h_kv) {
-  check_at_least(where, "batch", batch, 1);
+  check_in_range(where, "batch", batch, 1, kMaxPlanRequests);
   check_in_range(where, "s_q", s_q, 1, kMaxSeqQ);
   check_in_range(where, "h_q", h_q, 1, kMaxHeadsQ);
   check_at_least(where, "h_kv", h_kv, 1);

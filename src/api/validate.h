@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hmla/params.h"
+
 namespace hmla::detail {
 
 // Entry point names that appear at the start of every message.
@@ -29,5 +31,12 @@ void validate_plan_args(const int32_t* cache_seqlens, int batch, int s_q, int h_
 // for code that needs a valid shape before it can compute required_bytes (the workspace size).
 // `where` names the entry point in the message.
 void validate_plan_shape(const char* where, int batch, int s_q, int h_q, int h_kv);
+
+// Sparse decode: the plan's shape checks (batch >= 1, s_q >= 1, batch * s_q requests at most
+// kMaxPlanRequests, h_q in [1, 128]) and its full argument checks (the shape, the lists' lengths and
+// the workspace, whose required size is sparse_decode_workspace_bytes of the same shape).
+void validate_sparse_plan_shape(const char* where, int batch, int s_q, int h_q);
+void validate_sparse_plan_args(const SparseDecodeParams& params, const void* workspace, size_t workspace_bytes,
+                               size_t required_bytes);
 
 }  // namespace hmla::detail

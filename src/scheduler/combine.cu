@@ -60,6 +60,24 @@ __device__ __forceinline__ float4 load4(const Element* src) {
   return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 
+// Where request `req`'s row (token of its tile, head) goes in out and lse.
+struct OutputRow {
+  int64_t out;
+  int64_t lse;
+};
+__device__ __forceinline__ OutputRow output_row(const CombineParams& p, int req, int token, int head) {
+  const int64_t b = req / p.tokens_per_batch;
+  const int64_t t = req % p.tokens_per_batch + token;
+  return OutputRow{b * p.out_batch_stride + t * p.out_token_stride + head * p.out_head_stride,
+                   b * p.lse_batch_stride + head * p.lse_head_stride + t};
+}
+
+// The attention sink's factor on a merged row; a row with no key (lse +inf) is 0 already.
+__device__ __forceinline__ float sink_factor(const float* attn_sink, int head, float lse) {
+  if (attn_sink == nullptr || lse == INFINITY) return 1.f;
+  return 1.f / (1.f + __expf(attn_sink[head] - lse));
+}
+
 // The LSE of one row merged over its n pieces, by one warp; `any`: some piece saw a key. Lane l
 // brings piece l's LSE (-inf from n on): the caller keeps it for that piece's weight, so the first 32
 // pieces' LSEs are read once. Pieces from 32 on are read here. A piece with no visible key has LSE
@@ -154,10 +172,11 @@ __global__ void __launch_bounds__(kCombineWarps * 32 * kCombineGroups) combine_k
     acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
   }
   const int head = kv * p.tiling.heads_per_kv + head_in_kv;
-  Element* dst = static_cast<Element*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
-                 head * p.out_head_stride;
-  if (col < p.d_v) store4<Element>(dst + col, acc.x, acc.y, acc.z, acc.w);
-  if (threadIdx.x == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
+  const float sink = sink_factor(p.attn_sink, head, lse);
+  acc.x *= sink; acc.y *= sink; acc.z *= sink; acc.w *= sink;
+  const OutputRow o = output_row(p, req, token, head);
+  if (col < p.d_v) store4<Element>(static_cast<Element*>(p.out) + o.out + col, acc.x, acc.y, acc.z, acc.w);
+  if (threadIdx.x == 0) p.lse[o.lse] = lse;
 }
 
 // Eight consecutive 16-bit values (one 16-byte word) as floats.
@@ -253,14 +272,19 @@ __global__ void __launch_bounds__(kRowWarpsPerCta * 32, 4) combine_warp_per_row_
       for (int j = 0; j < 8; ++j) acc[a][j] = 0.f;
   }
   const int head = kv * p.tiling.heads_per_kv + head_in_kv;
-  Element* dst = static_cast<Element*>(p.out) + req * p.out_batch_stride + token * p.out_token_stride +
-                 head * p.out_head_stride + lane * 8;
+  const float sink = sink_factor(p.attn_sink, head, lse);
+#pragma unroll
+  for (int a = 0; a < 2; ++a)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[a][j] *= sink;
+  const OutputRow o = output_row(p, req, token, head);
+  Element* dst = static_cast<Element*>(p.out) + o.out + lane * 8;
 #pragma unroll
   for (int a = 0; a < 2; ++a) {
     store4<Element>(dst + a * (kDv / 2), acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
     store4<Element>(dst + a * (kDv / 2) + 4, acc[a][4], acc[a][5], acc[a][6], acc[a][7]);
   }
-  if (lane == 0) p.lse[req * p.lse_batch_stride + head * p.lse_head_stride + token] = lse;
+  if (lane == 0) p.lse[o.lse] = lse;
 }
 
 }  // namespace

@@ -1,10 +1,15 @@
-// The work partition shared by every decode kernel: how the plan kernel lays out the workspace,
-// how a persistent CTA reads its range of (request, block) work, and how query rows map to tiles.
+// The work partition shared by every decode kernel: how much work each request is, how the plan
+// kernel lays out the workspace, how a persistent CTA reads its range of (request, block) work, and
+// how query rows map to tiles.
 //
-// Work unit: one block of kBlockN = 64 cached tokens of one request (an empty request counts as one
-// unit, so exactly one CTA writes its "no key" output). Each of num_sm_parts CTAs per (kv head,
-// query tile) takes a contiguous range of units in request order; a request cut by a range boundary
-// is "split" and its pieces are merged by the combine kernel.
+// Work unit: one block of kBlockN = 64 keys of one request (an empty request counts as one unit, so
+// exactly one CTA writes its "no key" output). Each of num_sm_parts CTAs per (kv head, query tile)
+// takes a contiguous range of units in request order; a request cut by a range boundary is "split"
+// and its pieces are merged by the combine kernel.
+//
+// A request is a batch entry for dense decode (its s_q query tokens share the keys, so they share
+// the tile rows), and one query token (batch entry, s_q position) for sparse decode (each token has
+// its own index lists).
 #pragma once
 
 #include <cstddef>
@@ -29,14 +34,57 @@ constexpr int kSplitOverheadUnits = 5;
 constexpr int kSplitOverheadUnitsLongParts = 3;
 constexpr int kLongPartTiles = 8;  // tiles per part from which the long-part cost applies
 
+// Most requests one plan partitions: the plan keeps one 64-bit prefix sum per request in shared
+// memory (128 KB).
+constexpr int kMaxPlanRequests = 16384;
+
+// Keys of one list after clamping a device-side length to [0, capacity] (lengths the host cannot
+// check are defined behaviour, never an out-of-bounds read).
+HMLA_HOST_DEVICE inline int clamp_length(int length, int capacity) {
+  return length < 0 ? 0 : (length > capacity ? capacity : length);
+}
+HMLA_HOST_DEVICE inline int blocks_of(int keys) { return (keys + kBlockN - 1) / kBlockN; }
+
+// How much work each request of a plan is, read on the device by the plan kernel and the attention
+// kernels alike (so both see the same lengths).
+struct DecodeWork {
+  // Dense: request r attends to cache_seqlens[r] keys.
+  const int32_t* seqlens = nullptr;
+  // Sparse (seqlens == nullptr): request r is query token r % tokens_per_batch of batch entry
+  // r / tokens_per_batch; its keys are the first topk_length[b] (or topk) entries of its main list,
+  // then, with an extra cache (extra_topk > 0), the first extra_topk_length[b] (or extra_topk) of its
+  // extra list. Each list is cut into its own blocks of kBlockN entries.
+  int tokens_per_batch = 1;
+  int topk = 0;
+  const int32_t* topk_length = nullptr;
+  int extra_topk = 0;
+  const int32_t* extra_topk_length = nullptr;
+
+  HMLA_HOST_DEVICE int main_keys(int r) const {
+    if (seqlens != nullptr) return seqlens[r] > 0 ? seqlens[r] : 0;
+    return topk_length != nullptr ? clamp_length(topk_length[r / tokens_per_batch], topk) : topk;
+  }
+  HMLA_HOST_DEVICE int extra_keys(int r) const {
+    if (seqlens != nullptr || extra_topk <= 0) return 0;
+    return extra_topk_length != nullptr ? clamp_length(extra_topk_length[r / tokens_per_batch], extra_topk)
+                                        : extra_topk;
+  }
+  // Units of work: the blocks of both lists, at least one.
+  HMLA_HOST_DEVICE int units(int r) const {
+    const int blocks = blocks_of(main_keys(r)) + blocks_of(extra_keys(r));
+    return blocks > 0 ? blocks : 1;
+  }
+};
+
 struct PartMetadata {
   int32_t begin_req;        // first request (== batch: no work)
   int32_t begin_unit;       // first unit inside begin_req
   int32_t end_req;          // last request (inclusive)
   int32_t end_unit;         // one past the last unit inside end_req
   int32_t begin_split_idx;  // which piece of begin_req this part computes
-  int32_t begin_seqlen;     // cache_seqlens[begin_req]: the kernel's first loads need no other read
-  int32_t pad[2];
+  int32_t begin_seqlen;     // main_keys(begin_req): the kernel's first loads need no other read
+  int32_t begin_extra_keys; // extra_keys(begin_req)
+  int32_t pad;
 };
 static_assert(sizeof(PartMetadata) == 32, "PartMetadata is 8 ints");
 
@@ -75,20 +123,20 @@ struct RowTiling {
 // Where the plan puts things inside the caller's workspace (all offsets 256-byte aligned).
 struct WorkspaceLayout {
   size_t part_metadata;       // PartMetadata[num_sm_parts]
-  size_t req_num_splits;      // int32[batch]: pieces of each request (1: not split)
-  size_t req_split_base;      // int32[batch]: first accumulator slot of a split request
+  size_t req_num_splits;      // int32[requests]: pieces of each request (1: not split)
+  size_t req_split_base;      // int32[requests]: first accumulator slot of a split request
   size_t split_list;          // int32[1 + num_sm_parts]: count, then the split requests
   size_t lse_accum;           // float[2 * num_sm_parts][h_kv][num_m_blocks * 64]
   size_t o_accum;             // bf16/fp16[2 * num_sm_parts][h_kv][num_m_blocks * 64][d_v]
   size_t total;
 
   static size_t align(size_t x) { return (x + 255) / 256 * 256; }
-  static WorkspaceLayout make(int batch, int num_sm_parts, int h_kv, int num_m_blocks, int d_v) {
+  static WorkspaceLayout make(int requests, int num_sm_parts, int h_kv, int num_m_blocks, int d_v) {
     WorkspaceLayout w{};
     size_t at = 0;
     w.part_metadata = at;  at = align(at + sizeof(PartMetadata) * num_sm_parts);
-    w.req_num_splits = at; at = align(at + sizeof(int32_t) * batch);
-    w.req_split_base = at; at = align(at + sizeof(int32_t) * batch);
+    w.req_num_splits = at; at = align(at + sizeof(int32_t) * requests);
+    w.req_split_base = at; at = align(at + sizeof(int32_t) * requests);
     w.split_list = at;     at = align(at + sizeof(int32_t) * (1 + num_sm_parts));
     const size_t slots = 2 * static_cast<size_t>(num_sm_parts);  // at most 2 pieces per part
     const size_t rows = static_cast<size_t>(h_kv) * num_m_blocks * kTileRows;

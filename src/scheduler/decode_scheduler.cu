@@ -1,92 +1,157 @@
 #include "scheduler/decode_scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include "common/cuda_check.h"
 
 namespace hmla::detail {
 namespace {
 
-__device__ __forceinline__ int units_of(int seqlen) {
-  // An empty request is one unit of work: somebody has to write its "no key" output.
-  int blocks = (max(seqlen, 0) + kBlockN - 1) / kBlockN;
-  return blocks > 0 ? blocks : 1;
-}
+constexpr int kPlanThreads = 1024;
 
-// One CTA: the threads sum the units, then one thread walks the requests greedily, giving each
-// part about the same number of units plus a fixed cost per piece it starts. overhead <= 0: the
-// cost is chosen from the tiles per part (kSplitOverheadUnits or kSplitOverheadUnitsLongParts).
-__global__ void __launch_bounds__(1024) decode_scheduler_kernel(const int32_t* __restrict__ seqlens,
-                                                               int batch, int num_sm_parts, int overhead,
-                                                               PartMetadata* __restrict__ parts,
-                                                               int32_t* __restrict__ req_num_splits,
-                                                               int32_t* __restrict__ req_split_base,
-                                                               int32_t* __restrict__ split_list) {
-  __shared__ long long block_total;
-  if (threadIdx.x == 0) block_total = 0;
-  __syncthreads();
-  long long local = 0;
-  for (int r = threadIdx.x; r < batch; r += blockDim.x) {
-    local += units_of(seqlens[r]);
-    req_num_splits[r] = 0;
+// The plan in one CTA. Every request costs its units plus a fixed cost per piece it is cut into;
+// parts are filled greedily in request order, each with the same budget (the greedy of
+// docs/DENSE_DECODE.md "Scheduler"). Written so that only the walk over the parts is serial:
+//   1. all threads: units of every request into shared memory, their sum -> the per-piece cost;
+//   2. all threads: the exclusive prefix sum C of (units + cost) in place;
+//   3. warp 0: the parts one after another, each finding where its budget ends by a 32-wide search
+//      forward in C (a part usually holds fewer than 32 requests, so one step);
+//   4. all threads: split requests numbered by a second scan.
+// Part p of the greedy covers the stretch [V, E) of the stream of costs, where V is where part p - 1
+// stopped and E = V + budget (less one piece cost when V is inside a request: that piece pays the
+// cost again); a stop inside a request's own fixed cost rounds down to the request's start.
+// overhead <= 0: the cost is chosen from the tiles per part (kSplitOverheadUnits or
+// kSplitOverheadUnitsLongParts).
+__global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWork work, int requests,
+                                                                        int num_sm_parts, int overhead,
+                                                                        PartMetadata* __restrict__ parts,
+                                                                        int32_t* __restrict__ req_num_splits,
+                                                                        int32_t* __restrict__ req_split_base,
+                                                                        int32_t* __restrict__ split_list) {
+  extern __shared__ long long cost_prefix[];  // [requests + 1]
+  using Reduce = cub::BlockReduce<long long, kPlanThreads>;
+  using Scan = cub::BlockScan<long long, kPlanThreads>;
+  using ScanInt = cub::BlockScan<int, kPlanThreads>;
+  __shared__ union {
+    typename Reduce::TempStorage reduce;
+    typename Scan::TempStorage scan;
+    typename ScanInt::TempStorage scan_int;
+  } temp;
+  __shared__ long long total_units;
+
+  // Each thread owns a contiguous chunk of requests, so both scans are a local pass and one block scan.
+  const int per_thread = (requests + kPlanThreads - 1) / kPlanThreads;
+  const int r0 = min(requests, static_cast<int>(threadIdx.x) * per_thread);
+  const int r1 = min(requests, r0 + per_thread);
+
+  long long local_units = 0;
+  for (int r = r0; r < r1; ++r) {
+    const int u = work.units(r);
+    cost_prefix[r] = u;
+    local_units += u;
+    req_num_splits[r] = 1;
   }
-  atomicAdd(reinterpret_cast<unsigned long long*>(&block_total), static_cast<unsigned long long>(local));
+  const long long block_units = Reduce(temp.reduce).Sum(local_units);
+  if (threadIdx.x == 0) total_units = block_units;
   __syncthreads();
-  if (threadIdx.x != 0) return;
-
   if (overhead <= 0)
-    overhead = block_total >= static_cast<long long>(kLongPartTiles) * num_sm_parts ? kSplitOverheadUnitsLongParts
+    overhead = total_units >= static_cast<long long>(kLongPartTiles) * num_sm_parts ? kSplitOverheadUnitsLongParts
                                                                                   : kSplitOverheadUnits;
-  const long long with_overhead = block_total + static_cast<long long>(batch) * overhead;
-  const long long payload = (with_overhead + num_sm_parts - 1) / num_sm_parts + overhead;
-  int req = 0, unit = 0;
-  for (int p = 0; p < num_sm_parts; ++p) {
-    PartMetadata meta{};
-    meta.begin_req = req < batch ? req : batch;
-    meta.begin_unit = unit;
-    meta.begin_split_idx = req < batch ? req_num_splits[req] : 0;
-    meta.begin_seqlen = req < batch ? seqlens[req] : 0;
-    meta.end_req = -1;
-    meta.end_unit = 0;
-    long long remaining = payload;
-    while (req < batch) {
-      const int units = units_of(seqlens[req]);
-      const int left = units - unit;
-      if (remaining >= left + overhead) {
-        remaining -= left + overhead;
-        req_num_splits[req] += 1;
-        meta.end_req = req;
-        meta.end_unit = units;
-        ++req;
-        unit = 0;
-      } else {
-        const long long take = remaining - overhead;
-        if (take > 0) {
-          req_num_splits[req] += 1;
-          unit += static_cast<int>(take);
-          meta.end_req = req;
-          meta.end_unit = unit;
-        }
-        break;
-      }
-    }
-    if (meta.end_req < 0) meta.begin_req = batch;  // took nothing
-    parts[p] = meta;
+  long long local_cost = local_units + static_cast<long long>(r1 - r0) * overhead;
+  long long running;
+  Scan(temp.scan).ExclusiveSum(local_cost, running);
+  for (int r = r0; r < r1; ++r) {
+    const long long cost = cost_prefix[r] + overhead;
+    cost_prefix[r] = running;
+    running += cost;
   }
-  // Accumulator slots for split requests only: at most one split request starts per part
-  // boundary, and each part holds at most two pieces of split requests.
-  int slots = 0, count = 0;
-  for (int r = 0; r < batch; ++r) {
-    if (req_num_splits[r] > 1) {
-      req_split_base[r] = slots;
-      slots += req_num_splits[r];
-      split_list[1 + count++] = r;
+  if (r1 == requests && r0 < r1) cost_prefix[requests] = running;
+  if (requests == 0 && threadIdx.x == 0) cost_prefix[0] = 0;
+  __syncthreads();
+
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const long long with_overhead = cost_prefix[requests];
+    const long long budget = (with_overhead + num_sm_parts - 1) / num_sm_parts + overhead;
+    auto units_of = [&](int r) { return static_cast<int>(cost_prefix[r + 1] - cost_prefix[r] - overhead); };
+    long long at = 0;  // where the previous part stopped, in the stream of costs
+    int req = 0;       // the request holding `at`: cost_prefix[req] <= at < cost_prefix[req + 1]
+    int mid_starts = 0;  // consecutive earlier parts that started inside `req`
+    for (int p = 0; p < num_sm_parts; ++p) {
+      PartMetadata meta{};
+      meta.begin_req = requests;
+      meta.end_req = -1;
+      if (req < requests) {
+        const long long start = cost_prefix[req];
+        const bool mid = at > start;
+        const long long end = at + budget - (mid ? overhead : 0);
+        // The last request boundary at or before `end`: the prefix is strictly increasing, so the
+        // lanes that pass form a prefix of the warp.
+        int last = req;
+        for (;;) {
+          const int cand = last + 1 + lane;
+          const unsigned pass = __ballot_sync(0xffffffffu, cand <= requests && cost_prefix[cand] <= end);
+          const int count = __popc(pass);
+          last += count;
+          if (count < 32) break;
+        }
+        meta.begin_req = req;
+        meta.begin_unit = mid ? static_cast<int>(at - start - overhead) : 0;
+        mid_starts = mid ? mid_starts + 1 : 0;
+        meta.begin_split_idx = mid_starts;
+        meta.begin_seqlen = work.main_keys(req);
+        meta.begin_extra_keys = work.extra_keys(req);
+        if (mid && lane == 0) req_num_splits[req] += 1;
+        if (last >= requests) {
+          meta.end_req = requests - 1;
+          meta.end_unit = units_of(requests - 1);
+          at = cost_prefix[requests];
+          req = requests;
+        } else if (end - cost_prefix[last] > overhead) {
+          meta.end_req = last;
+          meta.end_unit = static_cast<int>(end - cost_prefix[last] - overhead);
+          at = end;
+          req = last;
+        } else {
+          meta.end_req = last - 1;
+          meta.end_unit = units_of(last - 1);
+          at = cost_prefix[last];
+          req = last;
+        }
+        if (req != meta.begin_req) mid_starts = 0;
+      }
+      if (lane == 0) parts[p] = meta;
+    }
+  }
+  __syncthreads();
+
+  // Accumulator slots for split requests only, numbered in request order.
+  int local_slots = 0, local_split = 0;
+  for (int r = r0; r < r1; ++r) {
+    const int n = req_num_splits[r];
+    if (n > 1) { local_slots += n; ++local_split; }
+  }
+  int slot, index;
+  ScanInt(temp.scan_int).ExclusiveSum(local_slots, slot);
+  __syncthreads();
+  ScanInt(temp.scan_int).ExclusiveSum(local_split, index);
+  for (int r = r0; r < r1; ++r) {
+    const int n = req_num_splits[r];
+    if (n > 1) {
+      req_split_base[r] = slot;
+      slot += n;
+      split_list[1 + index++] = r;
     } else {
       req_split_base[r] = -1;
     }
   }
-  split_list[0] = count;
+  if (r1 == requests && r0 < r1) split_list[0] = index;
+  if (requests == 0 && threadIdx.x == 0) split_list[0] = 0;
 }
 
 // HMLA_SPLIT_OVERHEAD_UNITS fixes the modelled cost of one more piece, in 64-token units (read once
@@ -102,11 +167,25 @@ int split_overhead_units() {
 
 }  // namespace
 
-void launch_decode_scheduler(const int32_t* cache_seqlens, int batch, int num_sm_parts,
-                             void* workspace, const WorkspaceLayout& layout, cudaStream_t stream) {
+void launch_decode_scheduler(const DecodeWork& work, int requests, int num_sm_parts, void* workspace,
+                             const WorkspaceLayout& layout, cudaStream_t stream) {
+  if (requests > kMaxPlanRequests)
+    throw CudaError("hmla: a plan holds at most " + std::to_string(kMaxPlanRequests) + " requests, got " +
+                    std::to_string(requests));
+  const int smem_bytes = static_cast<int>(sizeof(long long)) * (requests + 1);
+  // The shared-memory opt-in is per device; racing threads at worst both set it.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> configured[kMaxDevices] = {};
+  int device = 0;
+  HMLA_CUDA_CHECK(cudaGetDevice(&device));
+  if (smem_bytes > 48 * 1024 && (device >= kMaxDevices || !configured[device].load(std::memory_order_acquire))) {
+    HMLA_CUDA_CHECK(cudaFuncSetAttribute(decode_scheduler_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(sizeof(long long)) * (kMaxPlanRequests + 1)));
+    if (device < kMaxDevices) configured[device].store(true, std::memory_order_release);
+  }
   auto* base = static_cast<char*>(workspace);
-  decode_scheduler_kernel<<<1, 1024, 0, stream>>>(
-      cache_seqlens, batch, num_sm_parts, split_overhead_units(), reinterpret_cast<PartMetadata*>(base + layout.part_metadata),
+  decode_scheduler_kernel<<<1, kPlanThreads, smem_bytes, stream>>>(
+      work, requests, num_sm_parts, split_overhead_units(), reinterpret_cast<PartMetadata*>(base + layout.part_metadata),
       reinterpret_cast<int32_t*>(base + layout.req_num_splits),
       reinterpret_cast<int32_t*>(base + layout.req_split_base),
       reinterpret_cast<int32_t*>(base + layout.split_list));

@@ -1,5 +1,7 @@
-// The plan kernel: reads cache_seqlens on the device and writes the work partition of
-// decode_schedule.h into the caller's workspace. One tiny launch, capturable in a CUDA graph.
+// The plan kernel and the combine kernel: the split-KV layer every decode family shares.
+// The plan reads each request's amount of work on the device (DecodeWork) and writes the work
+// partition of decode_schedule.h into the caller's workspace. One small launch, capturable in a
+// CUDA graph.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,13 +12,18 @@
 
 namespace hmla::detail {
 
-void launch_decode_scheduler(const int32_t* cache_seqlens, int batch, int num_sm_parts,
-                             void* workspace, const WorkspaceLayout& layout, cudaStream_t stream);
+void launch_decode_scheduler(const DecodeWork& work, int requests, int num_sm_parts, void* workspace,
+                             const WorkspaceLayout& layout, cudaStream_t stream);
 
 // Merges the pieces of split requests (combine.cu). Launched right after the attention kernel
 // with programmatic dependent launch; a no-op for requests that were not split.
+// Request r of the schedule writes batch entry r / tokens_per_batch, query token
+// r % tokens_per_batch (+ the tile's own token offset): dense plans have one request per batch
+// entry (tokens_per_batch 1), sparse plans one per query token (tokens_per_batch = s_q).
+// attn_sink (optional, [h_q]) scales each merged row by 1 / (1 + exp(sink - lse)).
 struct CombineParams {
-  int batch;
+  int batch;  // requests of the schedule
+  int tokens_per_batch;
   int h_kv;
   int d_v;
   int num_sm_parts;
@@ -30,6 +37,7 @@ struct CombineParams {
   int64_t out_batch_stride, out_token_stride, out_head_stride;
   float* lse;
   int64_t lse_batch_stride, lse_head_stride;
+  const float* attn_sink;
 };
 template <typename Element>
 void launch_combine(const CombineParams& params, cudaStream_t stream);

@@ -749,6 +749,7 @@ void launch(const DenseDecodeParams& params, const DecodeSchedule& schedule, cud
 
   detail::CombineParams cp{};
   cp.batch = params.batch;
+  cp.tokens_per_batch = 1;
   cp.h_kv = params.h_kv;
   cp.d_v = Cfg::kHeadDimV;
   cp.num_sm_parts = schedule.num_sm_parts;
@@ -765,6 +766,7 @@ void launch(const DenseDecodeParams& params, const DecodeSchedule& schedule, cud
   cp.lse = params.lse;
   cp.lse_batch_stride = params.lse_batch_stride;
   cp.lse_head_stride = params.lse_head_stride;
+  cp.attn_sink = nullptr;
   detail::launch_combine<Native>(cp, stream);
 }
 

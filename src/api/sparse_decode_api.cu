@@ -1,0 +1,110 @@
+// Host side of sparse decode: workspace sizing, the plan (scheduler launch over the per-request
+// work of both index lists) and the run (validation, then the kernel for the layout).
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "api/validate.h"
+#include "common/device_attributes.h"
+#include "hmla/sparse_decode.h"
+#include "scheduler/decode_schedule.h"
+#include "scheduler/decode_scheduler.h"
+#include "sm90/sparse_decode/launch.h"
+
+namespace hmla {
+namespace {
+
+// Every query token is a request of its own (its index lists are its own); its heads are cut into
+// tiles of 64 rows, each with its own persistent CTAs.
+struct SparseScheduleShape {
+  int requests;
+  int num_m_blocks;
+  int num_sm_parts;
+  detail::WorkspaceLayout layout;
+};
+
+SparseScheduleShape sparse_schedule_shape(int batch, int s_q, int h_q, int num_sms) {
+  SparseScheduleShape shape{};
+  shape.requests = batch * s_q;
+  shape.num_m_blocks = (h_q + detail::kTileRows - 1) / detail::kTileRows;
+  shape.num_sm_parts = detail::num_sm_parts_for(num_sms, 1, shape.num_m_blocks);
+  shape.layout = detail::WorkspaceLayout::make(shape.requests, shape.num_sm_parts, 1, shape.num_m_blocks, 512);
+  return shape;
+}
+
+int resolve_num_sms(const char* where, int num_sms) {
+  if (num_sms < 0)
+    throw InvalidArgument(where, "num_sms", std::to_string(num_sms), ">= 0 (0: the current device's SM count)");
+  return num_sms == 0 ? detail::current_device_sm_count() : num_sms;
+}
+
+detail::DecodeWork work_of(const SparseDecodeParams& p) {
+  detail::DecodeWork work{};
+  work.tokens_per_batch = p.s_q;
+  work.topk = p.topk;
+  work.topk_length = p.topk_length;
+  const bool has_extra = p.extra_cache.data != nullptr;
+  work.extra_topk = has_extra ? p.extra_topk : 0;
+  work.extra_topk_length = has_extra ? p.extra_topk_length : nullptr;
+  return work;
+}
+
+void check_schedule_matches(const SparseDecodeParams& p, const DecodeSchedule& s) {
+  const char* where = "hmla::sparse_decode_run";
+  auto same = [&](const char* name, int got, int expected) {
+    if (got != expected)
+      throw InvalidArgument(where, name, std::to_string(got),
+                            std::to_string(expected) + " (the value the schedule was planned for)");
+  };
+  if (s.workspace == nullptr || s.tile_metadata == nullptr)
+    throw InvalidArgument(where, "schedule", "an empty schedule", "the result of hmla::sparse_decode_plan");
+  same("batch", p.batch, s.batch);
+  same("s_q", p.s_q, s.s_q);
+  same("h_q", p.h_q, s.h_q);
+  same("h_kv", 1, s.h_kv);
+}
+
+}  // namespace
+
+size_t sparse_decode_workspace_bytes(int batch, int s_q, int h_q, int num_sms) {
+  const char* where = "hmla::sparse_decode_workspace_bytes";
+  detail::validate_sparse_plan_shape(where, batch, s_q, h_q);
+  return sparse_schedule_shape(batch, s_q, h_q, resolve_num_sms(where, num_sms)).layout.total;
+}
+
+DecodeSchedule sparse_decode_plan(const SparseDecodeParams& params, void* workspace, size_t workspace_bytes,
+                                  cudaStream_t stream, int num_sms) {
+  const char* where = "hmla::sparse_decode_plan";
+  detail::validate_sparse_plan_shape(where, params.batch, params.s_q, params.h_q);
+  num_sms = resolve_num_sms(where, num_sms);
+  const SparseScheduleShape shape = sparse_schedule_shape(params.batch, params.s_q, params.h_q, num_sms);
+  detail::validate_sparse_plan_args(params, workspace, workspace_bytes, shape.layout.total);
+
+  DecodeSchedule s{};
+  s.batch = params.batch;
+  s.s_q = params.s_q;
+  s.h_q = params.h_q;
+  s.h_kv = 1;
+  s.num_sm_parts = shape.num_sm_parts;
+  s.num_m_blocks = shape.num_m_blocks;
+  s.workspace = workspace;
+  s.workspace_bytes = workspace_bytes;
+  char* base = static_cast<char*>(workspace);
+  s.tile_metadata = reinterpret_cast<int32_t*>(base + shape.layout.part_metadata);
+  s.num_splits = reinterpret_cast<int32_t*>(base + shape.layout.req_num_splits);
+  s.split_base = reinterpret_cast<int32_t*>(base + shape.layout.req_split_base);
+  s.split_list = reinterpret_cast<int32_t*>(base + shape.layout.split_list);
+  s.lse_accum = reinterpret_cast<float*>(base + shape.layout.lse_accum);
+  s.o_accum = base + shape.layout.o_accum;
+  detail::launch_decode_scheduler(work_of(params), shape.requests, shape.num_sm_parts, workspace, shape.layout,
+                                  stream);
+  return s;
+}
+
+void sparse_decode_run(const SparseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
+  validate(params);
+  check_schedule_matches(params, schedule);
+  sm90::sparse_decode::launch(params, schedule, stream);
+}
+
+}  // namespace hmla

@@ -1,0 +1,486 @@
+// The sm90 token-sparse decode kernel (schedule in config.h and docs/SPARSE_DECODE.md). Included by
+// the instantiation files, one per FP8 layout; the host side is launch.cu.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "common/device_primitives.cuh"
+#include "common/fp8_dequant.cuh"
+#include "scheduler/decode_schedule.h"
+#include "sm90/sparse_decode/config.h"
+#include "sm90/sparse_decode/launch.h"
+
+namespace hmla::sm90::sparse_decode {
+
+// Element i of a thread's wgmma accumulator fragment (64 x N tile of one warpgroup) sits at row
+// 16 * warp + lane / 4 + 8 * ((i / 2) % 2) and column 8 * (i / 4) + 2 * (lane % 4) + i % 2.
+__device__ __forceinline__ int frag_row(int i, int warp_in_wg, int lane) {
+  return 16 * warp_in_wg + lane / 4 + 8 * ((i / 2) % 2);
+}
+__device__ __forceinline__ int frag_col(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
+
+// Named barriers of the two consumer warpgroups (0 is __syncthreads).
+constexpr int kBarrierPReady = 1;  // the scorer published P and its statistics (both wait)
+constexpr int kBarrierPFree = 2;   // the other warpgroup is done reading them (it arrives, the scorer waits)
+
+// What a CTA needs to know of one request (one query token).
+struct Request {
+  int batch, token;         // where its q, index lists and outputs are
+  int main_keys, extra_keys;
+  int main_blocks;          // tiles of its main list; the extra list's tiles follow
+  int tiles;                // main and extra tiles (0: no key, the output is 0 and lse +inf)
+  int u0, u1;               // this CTA's tiles of it
+};
+
+__device__ __forceinline__ Request request_of(const KernelParams& p, const detail::PartMetadata& meta, int r) {
+  Request q;
+  q.batch = r / p.s_q;
+  q.token = r % p.s_q;
+  q.main_keys = r == meta.begin_req ? meta.begin_seqlen : p.work.main_keys(r);
+  q.extra_keys = r == meta.begin_req ? meta.begin_extra_keys : p.work.extra_keys(r);
+  q.main_blocks = detail::blocks_of(q.main_keys);
+  q.tiles = q.main_blocks + detail::blocks_of(q.extra_keys);
+  q.u0 = r == meta.begin_req ? meta.begin_unit : 0;
+  q.u1 = r == meta.end_req ? meta.end_unit : (q.tiles > 0 ? q.tiles : 1);
+  return q;
+}
+
+// ------------------------------------------------------------------------------------ producer
+
+// One 16-byte shared-memory store into a 128-byte-swizzled tile: 16-byte group j of row r of a
+// 64-column chunk sits at group j ^ (r % 8).
+__device__ __forceinline__ void st_swizzled(uint32_t tile, int chunk, int row, int group, uint4 v) {
+  const uint32_t addr = tile + chunk * (64 * 128) + row * 128 + ((group ^ (row & 7)) << 4);
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+__device__ __forceinline__ uint4 ldg_nc_u128(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// One warp gathers 32 tokens (rows row0 .. row0 + 31 of the tile) of one index list. Lane t owns
+// token t's index; every lane then loads one 16-byte NoPE piece of each token (a warp reads a
+// token's NoPE bytes in one coalesced access), and the RoPE pieces are spread 2 per lane.
+// Tokens whose index is invalid are never read: their rows are zero and their bit is clear.
+template <typename Cfg>
+__device__ __forceinline__ uint32_t gather_tokens(uint32_t tile, int row0, const SparseCacheView& cache,
+                                                  const int32_t* list, int first, int keys, int lane) {
+  using Format = typename Cfg::Format;
+  const int pos = first + lane;
+  const int index = pos < keys ? __ldg(list + pos) : -1;
+  const bool valid = index >= 0 && static_cast<int64_t>(index) < cache.num_slots;
+  int64_t data = 0, scales = 0;
+  if (valid) {
+    const int page = index / cache.page_size;
+    const int offset = index - page * cache.page_size;
+    const int64_t page_start = static_cast<int64_t>(page) * cache.block_stride_bytes;
+    data = page_start + static_cast<int64_t>(offset) * Format::kTokenStride;
+    scales = page_start + Format::scale_offset(cache.page_size, offset);
+  }
+  const uint32_t mask = __ballot_sync(0xffffffffu, valid);
+  const bool nope_lane = lane < Cfg::kNopePieces;
+  // Lanes that store two groups of the same 128-byte row segment at once would share banks: lanes
+  // whose piece lies in an odd chunk store their high half first, so each store instruction covers
+  // all eight groups of a row segment.
+  const bool odd_chunk = (lane / 4) & 1;
+#pragma unroll 1
+  for (int round = 0; round < Cfg::kTokensPerProducerWarp / Cfg::kTokensPerRound; ++round) {
+    uint4 nope[Cfg::kTokensPerRound];
+    float scale[Cfg::kTokensPerRound];
+    uint4 rope[2];
+#pragma unroll
+    for (int i = 0; i < Cfg::kTokensPerRound; ++i) {
+      const int t = round * Cfg::kTokensPerRound + i;
+      const int64_t d = __shfl_sync(0xffffffffu, data, t);
+      const int64_t s = __shfl_sync(0xffffffffu, scales, t);
+      const bool v = (mask >> t) & 1u;
+      nope[i] = make_uint4(0, 0, 0, 0);
+      scale[i] = 0.f;
+      if (v && nope_lane) {
+        nope[i] = ldg_nc_u128(cache.data + d + 16 * lane);
+        scale[i] = Format::load_scale(cache.data + s, lane);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int t = round * Cfg::kTokensPerRound + lane / 8 + 4 * j;
+      const int64_t d = __shfl_sync(0xffffffffu, data, t);
+      rope[j] = make_uint4(0, 0, 0, 0);
+      if ((mask >> t) & 1u) rope[j] = ldg_nc_u128(cache.data + d + Format::kRopeOffset + 16 * (lane % 8));
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::kTokensPerRound; ++i) {
+      if (!nope_lane) continue;
+      const int row = row0 + round * Cfg::kTokensPerRound + i;
+      uint4 lo, hi;
+      dev::dequant16_e4m3_to_bf16(nope[i], scale[i], lo, hi);
+      const int group = 2 * (lane % 4);
+      st_swizzled(tile, lane / 4, row, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo);
+      st_swizzled(tile, lane / 4, row, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi);
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int row = row0 + round * Cfg::kTokensPerRound + lane / 8 + 4 * j;
+      st_swizzled(tile, Format::kNope / Cfg::kChunkCols, row, lane % 8, rope[j]);
+    }
+  }
+  return mask;
+}
+
+template <typename Cfg>
+__device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
+                              const detail::PartMetadata& meta) {
+  const int group = (threadIdx.x / 32) / Cfg::kProducerWarpsPerGroup;  // fills stage `group`
+  const int warp_in_group = (threadIdx.x / 32) % Cfg::kProducerWarpsPerGroup;
+  const int lane = threadIdx.x % 32;
+  const uint32_t tile = dev::smem_addr(smem.k[group]);
+  int g = 0;  // tiles of this CTA so far; this group takes those with g % 2 == group
+  for (int r = meta.begin_req; r <= meta.end_req; ++r) {
+    const Request q = request_of(p, meta, r);
+    if (q.tiles == 0) continue;
+    for (int u = q.u0; u < q.u1; ++u, ++g) {
+      if (g % Cfg::kStages != group) continue;
+      const uint32_t phase = (g / Cfg::kStages) & 1;
+      dev::mbar_wait(&smem.k_empty[group], phase ^ 1);
+      const bool extra = u >= q.main_blocks;
+      const SparseCacheView& cache = extra ? p.extra_cache : p.cache;
+      const int32_t* list = extra ? p.extra_indices + q.batch * p.extra_indices_batch_stride +
+                                        q.token * p.extra_indices_token_stride
+                                  : p.indices + q.batch * p.indices_batch_stride + q.token * p.indices_token_stride;
+      const int block = extra ? u - q.main_blocks : u;
+      const int row0 = warp_in_group * Cfg::kTokensPerProducerWarp;
+      const uint32_t mask = gather_tokens<Cfg>(tile, row0, cache, list, block * Cfg::kBlockN + row0,
+                                               extra ? q.extra_keys : q.main_keys, lane);
+      if (lane == 0) smem.valid[group][warp_in_group] = mask;
+      dev::fence_proxy_async_smem();  // the generic stores above are read by wgmma next
+      dev::mbar_arrive(&smem.k_full[group]);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------ consumers
+
+template <typename Cfg>
+__device__ __forceinline__ void issue_q(typename Cfg::SharedStorage& smem, const CUtensorMap* q_map,
+                                        const KernelParams& p, const Request& q, int m) {
+  constexpr int kChunkElems = Cfg::kBlockM * Cfg::kChunkCols;
+  dev::mbar_arrive_expect_tx(&smem.q_full, p.q_tile_bytes);
+#pragma unroll
+  for (int c = 0; c < Cfg::kChunks; ++c)
+    dev::tma_load_4d(smem.q + c * kChunkElems, q_map, &smem.q_full, c * Cfg::kChunkCols, m * Cfg::kBlockM, q.token,
+                     q.batch);
+}
+
+// Normalises a warpgroup's half of O and writes it: to out (times the sink's factor) or, for a
+// piece of a split request, to its partial-result slot; the scorer also writes the LSE.
+template <typename Cfg, typename Frag>
+__device__ __forceinline__ void store_output(const KernelParams& p, const Request& q, int m,
+                                             const Frag& tOrO, const int (&rows)[2], const float (&row_sum)[2],
+                                             const float (&row_max)[2], bool split, int slot, int col_base,
+                                             bool write_lse, int lane) {
+  const float kLn2 = 0.69314718055994530942f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int head = m * Cfg::kBlockM + rows[h];
+    if (head >= p.h_q) continue;
+    const bool any = row_sum[h] > 0.f;
+    const float inv = any ? 1.f / row_sum[h] : 0.f;
+    // Natural-log LSE of the scaled scores; a piece with no key is -inf for the combine, a whole
+    // request with no key is +inf by the contract.
+    const float lse = any ? row_max[h] * kLn2 + logf(row_sum[h]) : (split ? -INFINITY : INFINITY);
+    __nv_bfloat16* dst;
+    float factor = inv;
+    if (split) {
+      const size_t row = static_cast<size_t>(slot) * p.rows_per_slot + m * Cfg::kBlockM + rows[h];
+      dst = static_cast<__nv_bfloat16*>(p.o_accum) + row * Cfg::kHeadDimV + col_base;
+      if (write_lse && lane % 4 == 0) p.lse_accum[row] = lse;
+    } else {
+      if (p.attn_sink != nullptr && any) factor /= 1.f + __expf(p.attn_sink[head] - lse);
+      dst = reinterpret_cast<__nv_bfloat16*>(p.out) + q.batch * p.out_batch_stride + q.token * p.out_token_stride + head * p.out_head_stride + col_base;
+      if (write_lse && lane % 4 == 0) p.lse[q.batch * p.lse_batch_stride + head * p.lse_head_stride + q.token] = lse;
+    }
+    CUTE_UNROLL
+    for (int i = 2 * h; i < size(tOrO); i += 4) {
+      // Elements i, i + 1 (row h) are two neighbouring columns.
+      *reinterpret_cast<__nv_bfloat162*>(dst + frag_col(i, lane)) =
+          __floats2bfloat162_rn(tOrO(i) * factor, tOrO(i + 1) * factor);
+    }
+  }
+}
+
+// The state both consumer warpgroups keep: the MMA of O and its fragment, this thread's rows.
+template <typename Cfg>
+struct Consumer {
+  typename Cfg::MmaO mma_o;
+  decltype(mma_o.get_thread_slice(0)) thr_o;
+  decltype(partition_fragment_C(mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDimV>>{})) tOrO;
+  int rows[2];
+  int lane;
+
+  __device__ explicit Consumer(int ctid)
+      : thr_o(mma_o.get_thread_slice(ctid)),
+        tOrO(partition_fragment_C(mma_o, Shape<Int<Cfg::kBlockM>, Int<Cfg::kHeadDimV>>{})) {
+    static_assert(decltype(size(tOrO))::value == 128, "O fragment: 64 x 256 per warpgroup");
+    lane = threadIdx.x % 32;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) rows[h] = frag_row(2 * h, (ctid % 128) / 32, lane);
+  }
+
+  // O = O * scale + P V over the tile's 64 tokens, left in flight. Once the running max settles,
+  // the scale is exactly 1 for every row of a warp on most tiles: the multiplies are skipped then.
+  __device__ void multiply(typename Cfg::SharedStorage& smem, int stage, const float (&scale)[2]) {
+    if (__any_sync(0xffffffffu, scale[0] != 1.f || scale[1] != 1.f)) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= scale[(i / 2) % 2];
+    }
+    Tensor sP = make_tensor(make_smem_ptr(smem.p), typename Cfg::SmemLayoutP{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutVt{});
+    Tensor tOrP = thr_o.partition_fragment_A(sP);
+    Tensor tOrV = thr_o.partition_fragment_B(sVt);
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+    mma_o.accumulate_ = GMMA::ScaleOut::One;
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(tOrP); ++k) gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
+    warpgroup_commit_batch();
+  }
+
+  __device__ void retire() {
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+  }
+};
+
+// Warpgroup 1: S, the softmax, P, and P V for output columns [0, 256).
+template <typename Cfg>
+__device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p, const CUtensorMap* q_map,
+                            const detail::PartMetadata& meta, int m) {
+  using namespace cute;
+  const int wtid = threadIdx.x - 128;
+  Consumer<Cfg> c(wtid);
+  const int lane = c.lane;
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q), typename Cfg::SmemLayoutQ{});
+  typename Cfg::MmaS mma_s;
+  auto thr_s = mma_s.get_thread_slice(wtid);
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<Cfg::kBlockM>, Int<Cfg::kBlockN>>{});
+  static_assert(decltype(size(tSrS))::value == 32, "S fragment: 64 x 64 per warpgroup");
+  // P in SmemLayoutP: element pair i of row h is the 4-byte word at p_row_addr[h] ^ ((i / 4) << 4)
+  // (16-byte group i / 4 of the row, swizzled by row % 8 = lane / 4).
+  uint32_t p_row_addr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    p_row_addr[h] = dev::smem_addr(smem.p) + c.rows[h] * (Cfg::kBlockN * 2) + (lane % 4) * 4 + ((lane / 4) << 4);
+
+  int g = 0;  // tiles consumed by this CTA: stage g % 2, phase (g / 2) % 2
+  uint32_t q_phase = 0;
+  int q_loaded = -1;  // the request whose Q was issued last
+  for (int r = meta.begin_req; r <= meta.end_req; ++r) {
+    const Request q = request_of(p, meta, r);
+    const bool split = p.req_num_splits[r] > 1;
+    const int slot = split ? p.req_split_base[r] + (r == meta.begin_req ? meta.begin_split_idx : 0) : 0;
+    float row_m[2] = {-INFINITY, -INFINITY};
+    float row_l[2] = {0.f, 0.f};  // this thread's columns' share until the piece's last tile
+    clear(c.tOrO);
+    if (q.tiles > 0) {
+      if (q_loaded != r && wtid == 0) issue_q<Cfg>(smem, q_map, p, q, m);
+      q_loaded = r;
+      dev::mbar_wait(&smem.q_full, q_phase);
+      q_phase ^= 1;
+      for (int u = q.u0; u < q.u1; ++u, ++g) {
+        const int stage = g % Cfg::kStages;
+        const uint32_t phase = (g / Cfg::kStages) & 1;
+        const bool last = u + 1 == q.u1;
+        Tensor sK = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutK{});
+        Tensor tSrK = thr_s.partition_fragment_B(sK);
+        dev::mbar_wait(&smem.k_full[stage], phase);
+        warpgroup_fence_operand(tSrS);
+        warpgroup_arrive();
+        mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(tSrQ); ++k) {
+          gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
+          mma_s.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        // Waiting for S also retires this warpgroup's P V of the previous tile (wgmma completes in
+        // order), which releases that tile's stage.
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+        warpgroup_fence_operand(c.tOrO);
+        if (u > q.u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
+        // Q is read by S only: once the request's last S is done, the next request's Q loads while
+        // this one's softmax, P V and epilogue run.
+        if (last && r < meta.end_req) {
+          if (wtid == 0) {
+            const Request next = request_of(p, meta, r + 1);
+            if (next.tiles > 0) issue_q<Cfg>(smem, q_map, p, next, m);
+          }
+          q_loaded = r + 1;
+        }
+
+        // Scores of invalid tokens are -inf: those rows of K are zero, which would score 0.
+        const uint2 words = *reinterpret_cast<const uint2*>(smem.valid[stage]);
+        const uint64_t valid = static_cast<uint64_t>(words.x) | (static_cast<uint64_t>(words.y) << 32);
+        float tile_max[2] = {-INFINITY, -INFINITY};
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); ++i) {
+          const float s = ((valid >> frag_col(i, lane)) & 1u) ? tSrS(i) * p.scale_log2 : -INFINITY;
+          tSrS(i) = s;
+          tile_max[(i / 2) % 2] = fmaxf(tile_max[(i / 2) % 2], s);
+        }
+        float base[2], scale[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+          tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+          const float new_m = fmaxf(row_m[h], tile_max[h]);
+          base[h] = new_m == -INFINITY ? 0.f : new_m;  // no key yet: P stays 0
+          scale[h] = dev::exp2_ftz(row_m[h] - base[h]);
+          row_m[h] = new_m;
+          row_l[h] *= scale[h];
+        }
+        // P and the statistics are single-buffered: the other warpgroup must be done with the
+        // previous tile's.
+        if (g > 0) dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);
+        CUTE_UNROLL
+        for (int i = 0; i < size(tSrS); i += 2) {
+          const int h = (i / 2) % 2;
+          const float a = dev::exp2_ftz(tSrS(i) - base[h]);
+          const float b = dev::exp2_ftz(tSrS(i + 1) - base[h]);
+          row_l[h] += a + b;
+          const __nv_bfloat162 packed = __floats2bfloat162_rn(a, b);
+          dev::st_shared_u32(p_row_addr[h] ^ ((i / 4) << 4), *reinterpret_cast<const uint32_t*>(&packed));
+        }
+        if (last) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            row_l[h] += __shfl_xor_sync(0xffffffffu, row_l[h], 1);
+            row_l[h] += __shfl_xor_sync(0xffffffffu, row_l[h], 2);
+          }
+        }
+        if (lane % 4 == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            smem.row_scale[c.rows[h]] = scale[h];
+            if (last) {
+              smem.row_sum[c.rows[h]] = row_l[h];
+              smem.row_max[c.rows[h]] = row_m[h];
+            }
+          }
+        }
+        dev::fence_proxy_async_smem();  // P is read by wgmma
+        // Both warpgroups: every row of P (this warpgroup's own P V reads all of them) and the
+        // statistics are in shared memory.
+        dev::named_barrier_sync(kBarrierPReady, Cfg::kConsumerThreads);
+        c.multiply(smem, stage, scale);
+      }
+      c.retire();
+      dev::mbar_arrive(&smem.k_empty[(g - 1) % Cfg::kStages]);
+    }
+    store_output<Cfg>(p, q, m, c.tOrO, c.rows, row_l, row_m, split, slot, 0, true, lane);
+  }
+}
+
+// Warpgroup 2: P V for output columns [256, 512), with the scorer's P and statistics.
+template <typename Cfg>
+__device__ void helper_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
+                            const detail::PartMetadata& meta, int m) {
+  Consumer<Cfg> c(threadIdx.x - 128);
+  int g = 0;
+  for (int r = meta.begin_req; r <= meta.end_req; ++r) {
+    const Request q = request_of(p, meta, r);
+    const bool split = p.req_num_splits[r] > 1;
+    const int slot = split ? p.req_split_base[r] + (r == meta.begin_req ? meta.begin_split_idx : 0) : 0;
+    float row_m[2] = {-INFINITY, -INFINITY};
+    float row_l[2] = {0.f, 0.f};
+    clear(c.tOrO);
+    if (q.tiles > 0) {
+      for (int u = q.u0; u < q.u1; ++u, ++g) {
+        const int stage = g % Cfg::kStages;
+        const bool last = u + 1 == q.u1;
+        dev::named_barrier_sync(kBarrierPReady, Cfg::kConsumerThreads);
+        float scale[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          scale[h] = smem.row_scale[c.rows[h]];
+          if (last) {
+            row_l[h] = smem.row_sum[c.rows[h]];
+            row_m[h] = smem.row_max[c.rows[h]];
+          }
+        }
+        c.multiply(smem, stage, scale);
+        // This warpgroup's P V must be done before the scorer overwrites P.
+        c.retire();
+        dev::mbar_arrive(&smem.k_empty[stage]);
+        dev::named_barrier_arrive(kBarrierPFree, Cfg::kConsumerThreads);
+      }
+    }
+    store_output<Cfg>(p, q, m, c.tOrO, c.rows, row_l, row_m, split, slot, Cfg::kHeadDimV / 2, false, c.lane);
+  }
+}
+
+template <typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sparse_decode_kernel(const __grid_constant__ CUtensorMap q_map, const KernelParams p) {
+  extern __shared__ char smem_raw[];
+  const uint32_t misalign = dev::smem_addr(smem_raw) & 1023u;
+  auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw + ((1024u - misalign) & 1023u));
+  const int part = blockIdx.z, m = blockIdx.x;
+  const int warpgroup = threadIdx.x / 128;
+
+  dev::pdl_launch_dependents();
+  if (threadIdx.x == 0) {
+    dev::tma_prefetch_descriptor(&q_map);
+    dev::mbar_init(&smem.q_full, 1);
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      dev::mbar_init(&smem.k_full[s], Cfg::kProducerGroupThreads);
+      dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
+    }
+    dev::fence_barrier_init();
+  }
+  // Head rows that no TMA box covers (h_q < 64) stay zero.
+  if (p.q_box_rows < Cfg::kBlockM) {
+    for (int c = 0; c < Cfg::kChunks; ++c) {
+      char* start = reinterpret_cast<char*>(smem.q + c * Cfg::kBlockM * Cfg::kChunkCols + p.q_box_rows * Cfg::kChunkCols);
+      const int bytes = (Cfg::kBlockM - p.q_box_rows) * Cfg::kChunkCols * 2;
+      for (int off = threadIdx.x * 16; off < bytes; off += Cfg::kThreads * 16)
+        *reinterpret_cast<uint4*>(start + off) = make_uint4(0, 0, 0, 0);
+    }
+    dev::fence_proxy_async_smem();
+  }
+  __syncthreads();
+
+  const detail::PartMetadata meta = p.parts[part];
+  if (meta.begin_req >= p.requests) return;
+
+  if (warpgroup == 0) {
+    dev::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
+    producer_loop<Cfg>(smem, p, meta);
+  } else if (warpgroup == 1) {
+    dev::warpgroup_reg_alloc<Cfg::kScorerRegs>();
+    scorer_loop<Cfg>(smem, p, &q_map, meta, m);
+  } else {
+    helper_loop<Cfg>(smem, p, meta, m);
+  }
+}
+
+template <SparseCacheLayout kLayout>
+void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int num_m_blocks, int num_sm_parts,
+                   cudaStream_t stream) {
+  using Cfg = Config<kLayout>;
+  auto kernel = sparse_decode_kernel<Cfg>;
+  configure_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
+  dim3 grid(num_m_blocks, 1, num_sm_parts);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, params);
+}
+
+}  // namespace hmla::sm90::sparse_decode

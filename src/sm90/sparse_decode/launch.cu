@@ -1,0 +1,111 @@
+// Host side of the sm90 sparse decode kernel: the Q tensor map, the kernel's parameters, the
+// launch for the layout, then the combine of split requests (with the attention sink).
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "common/cuda_check.h"
+#include "common/device_attributes.h"
+#include "common/tensor_map.h"
+#include "scheduler/decode_scheduler.h"
+#include "sm90/sparse_decode/launch.h"
+
+namespace hmla::sm90::sparse_decode {
+namespace {
+
+constexpr int kBlockM = 64;
+
+SparseCacheView view_of(const SparseKVCache& c) {
+  SparseCacheView v{};
+  v.data = c.data;
+  v.num_slots = static_cast<int64_t>(c.num_blocks) * c.page_size;
+  v.page_size = c.page_size > 0 ? c.page_size : 1;
+  v.block_stride_bytes = c.block_stride_bytes;
+  return v;
+}
+
+}  // namespace
+
+void configure_smem_once(const void* kernel, int bytes) { detail::set_max_dynamic_smem_once(kernel, bytes); }
+
+void launch(const SparseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
+  const bool has_extra = params.extra_cache.data != nullptr;
+  const int d_qk = params.d_qk;
+  const int box_rows = params.h_q < kBlockM ? params.h_q : kBlockM;
+  const int chunks = d_qk / 64;
+
+  // Q as [batch][s_q][h_q][d_qk]: one box is 64 columns of one tile of heads of one query token.
+  const uint64_t q_dims[4] = {static_cast<uint64_t>(d_qk), static_cast<uint64_t>(params.h_q),
+                              static_cast<uint64_t>(params.s_q), static_cast<uint64_t>(params.batch)};
+  const uint64_t q_strides[3] = {static_cast<uint64_t>(params.q_head_stride) * 2,
+                                 static_cast<uint64_t>(params.q_token_stride) * 2,
+                                 static_cast<uint64_t>(params.q_batch_stride) * 2};
+  const uint32_t q_box[4] = {64, static_cast<uint32_t>(box_rows), 1, 1};
+  const CUtensorMap q_map = detail::make_tensor_map_16bit_sw128(params.q, 4, q_dims, q_strides, q_box, "q");
+
+  KernelParams kp{};
+  kp.requests = params.batch * params.s_q;
+  kp.s_q = params.s_q;
+  kp.h_q = params.h_q;
+  const float scale = params.softmax_scale > 0.f ? params.softmax_scale : 1.f / std::sqrt(static_cast<float>(d_qk));
+  kp.scale_log2 = scale * 1.4426950408889634f;
+  kp.q_box_rows = box_rows;
+  kp.q_tile_bytes = static_cast<uint32_t>(chunks * 64 * box_rows * 2);
+  kp.work.tokens_per_batch = params.s_q;
+  kp.work.topk = params.topk;
+  kp.work.topk_length = params.topk_length;
+  kp.work.extra_topk = has_extra ? params.extra_topk : 0;
+  kp.work.extra_topk_length = has_extra ? params.extra_topk_length : nullptr;
+  kp.cache = view_of(params.cache);
+  kp.indices = params.indices;
+  kp.indices_batch_stride = params.indices_batch_stride;
+  kp.indices_token_stride = params.indices_token_stride;
+  kp.extra_cache = has_extra ? view_of(params.extra_cache) : SparseCacheView{};
+  kp.extra_indices = has_extra ? params.extra_indices : nullptr;
+  kp.extra_indices_batch_stride = params.extra_indices_batch_stride;
+  kp.extra_indices_token_stride = params.extra_indices_token_stride;
+  kp.attn_sink = params.attn_sink;
+  kp.parts = reinterpret_cast<const detail::PartMetadata*>(schedule.tile_metadata);
+  kp.req_num_splits = schedule.num_splits;
+  kp.req_split_base = schedule.split_base;
+  kp.rows_per_slot = static_cast<size_t>(schedule.num_m_blocks) * kBlockM;
+  kp.lse_accum = schedule.lse_accum;
+  kp.o_accum = schedule.o_accum;
+  kp.out = params.out;
+  kp.out_batch_stride = params.out_batch_stride;
+  kp.out_token_stride = params.out_token_stride;
+  kp.out_head_stride = params.out_head_stride;
+  kp.lse = params.lse;
+  kp.lse_batch_stride = params.lse_batch_stride;
+  kp.lse_head_stride = params.lse_head_stride;
+
+  if (params.layout == SparseCacheLayout::kV32)
+    launch_kernel<SparseCacheLayout::kV32>(q_map, kp, schedule.num_m_blocks, schedule.num_sm_parts, stream);
+  else
+    launch_kernel<SparseCacheLayout::kModel1>(q_map, kp, schedule.num_m_blocks, schedule.num_sm_parts, stream);
+  HMLA_CUDA_CHECK(cudaGetLastError());
+
+  detail::CombineParams cp{};
+  cp.batch = kp.requests;
+  cp.tokens_per_batch = params.s_q;
+  cp.h_kv = 1;
+  cp.d_v = 512;
+  cp.num_sm_parts = schedule.num_sm_parts;
+  cp.tiling = detail::RowTiling::make(1, params.h_q);
+  cp.req_num_splits = schedule.num_splits;
+  cp.req_split_base = schedule.split_base;
+  cp.split_list = schedule.split_list;
+  cp.lse_accum = schedule.lse_accum;
+  cp.o_accum = schedule.o_accum;
+  cp.out = params.out;
+  cp.out_batch_stride = params.out_batch_stride;
+  cp.out_token_stride = params.out_token_stride;
+  cp.out_head_stride = params.out_head_stride;
+  cp.lse = params.lse;
+  cp.lse_batch_stride = params.lse_batch_stride;
+  cp.lse_head_stride = params.lse_head_stride;
+  cp.attn_sink = params.attn_sink;
+  detail::launch_combine<__nv_bfloat16>(cp, stream);
+}
+
+}  // namespace hmla::sm90::sparse_decode

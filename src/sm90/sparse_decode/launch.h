@@ -1,0 +1,61 @@
+// The sm90 sparse decode kernel's parameters and entry points (one per FP8 layout, each in its own
+// instantiation file so they compile in parallel). The host side is launch.cu.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "hmla/decode_schedule.h"
+#include "hmla/params.h"
+#include "scheduler/decode_schedule.h"
+
+namespace hmla::sm90::sparse_decode {
+
+// One paged FP8 cache as the kernel reads it.
+struct SparseCacheView {
+  const uint8_t* data;
+  int64_t num_slots;  // num_blocks * page_size: indices at or past it are invalid
+  int page_size;
+  int64_t block_stride_bytes;
+};
+
+struct KernelParams {
+  int requests;  // batch * s_q
+  int s_q;
+  int h_q;
+  float scale_log2;  // softmax_scale * log2(e): scores are exponentiated with exp2
+  int q_box_rows;    // heads per Q TMA box: min(h_q, 64)
+  uint32_t q_tile_bytes;
+  detail::DecodeWork work;
+  SparseCacheView cache;
+  const int32_t* indices;
+  int64_t indices_batch_stride, indices_token_stride;
+  SparseCacheView extra_cache;
+  const int32_t* extra_indices;
+  int64_t extra_indices_batch_stride, extra_indices_token_stride;
+  const float* attn_sink;
+  const detail::PartMetadata* parts;
+  const int32_t* req_num_splits;
+  const int32_t* req_split_base;
+  size_t rows_per_slot;  // rows of one partial-result slot: num_m_blocks * 64
+  float* lse_accum;
+  void* o_accum;  // bf16 partial outputs
+  uint16_t* out;  // bf16 bits
+  int64_t out_batch_stride, out_token_stride, out_head_stride;
+  float* lse;
+  int64_t lse_batch_stride, lse_head_stride;
+};
+
+// Sets `kernel`'s shared-memory opt-in on the current device once (common/device_attributes.h).
+void configure_smem_once(const void* kernel, int bytes);
+
+template <SparseCacheLayout kLayout>
+void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int num_m_blocks, int num_sm_parts,
+                   cudaStream_t stream);
+
+// Validated params and a matching schedule in; the attention and, for split requests, the combine.
+void launch(const SparseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream);
+
+}  // namespace hmla::sm90::sparse_decode
