@@ -263,7 +263,14 @@ Cli parse_cli(int argc, char** argv) {
   if (!cli.sweep.empty()) {
     Sweep tmp;
     if (!sweep_by_name(cli.sweep, tmp)) throw UsageError{"unknown sweep '" + cli.sweep + "' (default, quick)"};
-    if (!cli.command.empty()) throw UsageError{"--sweep runs its own rows; no command with it"};
+    // a family command with --sweep keeps that family's rows, as --only does
+    if (cli.command == "ceilings") throw UsageError{"--sweep runs benchmark rows, not 'ceilings'"};
+    if (!cli.command.empty()) {
+      const std::string family = cli.command == "dense-decode" ? "dense" : "sparse_decode";
+      if (!cli.only.empty() && cli.only != family)
+        throw UsageError{"'" + cli.command + "' with --only " + cli.only + " selects nothing"};
+      cli.only = family;
+    }
     if (shared_shape || dense_shape || sparse_shape)
       throw UsageError{"--sweep fixes the shapes; only --only, --dtype, --varlen and the common options go with it"};
   } else if (cli.command.empty()) {
