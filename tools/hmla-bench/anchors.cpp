@@ -65,6 +65,20 @@ const AnchorRow* Anchors::find_dense(const DenseCase& c) const {
   return nullptr;
 }
 
+const AnchorRow* Anchors::find_sparse(const SparseCase& c) const {
+  if (!c.sink || c.topk_length == TopkLength::kRandom) return nullptr;
+  const int d_qk = c.layout == hmla::SparseCacheLayout::kV32 ? 576 : 512;
+  const bool extra = c.extra_topk > 0;
+  for (const AnchorRow& r : rows) {
+    if (r.kind == "sparse_decode" && r.layout == sparse_layout_name(c.layout) && r.d_qk == d_qk && r.b == c.b &&
+        r.s_q == c.s_q && r.h_q == c.h_q && r.s_k == c.s_k && r.page == c.page && r.topk == c.topk &&
+        r.extra_topk == c.extra_topk && r.extra_s_k == (extra ? c.extra_s_k : 0) &&
+        r.extra_page == (extra ? c.extra_page : 0) && r.attn_sink)
+      return &r;
+  }
+  return nullptr;
+}
+
 Anchors load_anchors(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("cannot open anchor file '" + path + "'");
@@ -95,6 +109,7 @@ Anchors load_anchors(const std::string& path) {
     AnchorRow r;
     r.kind = str_or(row, "kind", "");
     r.dtype = str_or(row, "dtype", "bf16");
+    r.layout = str_or(row, "layout", "");
     r.b = num_or(row, "b", 0);
     r.s_q = num_or(row, "s_q", 1);
     r.h_q = num_or(row, "h_q", 0);
@@ -102,10 +117,13 @@ Anchors load_anchors(const std::string& path) {
     r.s_k = num_or(row, "s_k", 0);
     r.topk = num_or(row, "topk", 0);
     r.extra_topk = num_or(row, "extra_topk", 0);
+    r.extra_s_k = num_or(row, "extra_s_k", 0);
+    r.extra_page = num_or(row, "extra_page", 0);
     r.d_qk = num_or(row, "d_qk", 576);
     r.page = num_or(row, "page", 64);
     r.causal = bool_or(row, "causal", false);
     r.varlen = bool_or(row, "varlen", false);
+    r.attn_sink = bool_or(row, "attn_sink", false);
     r.time_us = t->as_number();
     a.rows.push_back(r);
   }

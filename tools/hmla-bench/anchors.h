@@ -9,9 +9,10 @@
 namespace hmla_bench {
 
 struct AnchorRow {
-  std::string kind, dtype;
+  std::string kind, dtype, layout;
   int b = 0, s_q = 0, h_q = 0, h_kv = 0, s_k = 0, topk = 0, extra_topk = 0, d_qk = 0, page = 0;
-  bool causal = false, varlen = false;
+  int extra_s_k = 0, extra_page = 0;
+  bool causal = false, varlen = false, attn_sink = false;
   double time_us = 0;
 };
 
@@ -24,6 +25,9 @@ struct Anchors {
   bool loaded() const { return !path.empty(); }
   // The dense_decode row with exactly this case's shape (d_qk 576, topk 0), or nullptr.
   const AnchorRow* find_dense(const DenseCase& c) const;
+  // The sparse_decode row of this case's layout and shape. FlashMLA's anchors passed attn_sink and
+  // no topk_length, so a row without the sink or with random lengths has none.
+  const AnchorRow* find_sparse(const SparseCase& c) const;
 };
 
 // Parses the anchor file; throws std::runtime_error with the reason on a missing or bad file.

@@ -1,9 +1,10 @@
-// hmla-bench: the dense-decode cases and the named sweeps.
+// hmla-bench: the cases of each family (dense decode, sparse decode) and the named sweeps.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "hmla/params.h"
 #include "hmla/types.h"
 
 namespace hmla_bench {
@@ -22,7 +23,7 @@ struct DenseCase {
 
 // The 45 dense rows of ../shared/anchors/flashmla-h200.md, in that file's order: bf16, page 64,
 // h_kv 1, fixed lengths.
-inline std::vector<DenseCase> default_sweep() {
+inline std::vector<DenseCase> dense_default_sweep() {
   std::vector<DenseCase> rows;
   const int h_qs[] = {16, 32, 64, 128};
   const int s_qs[] = {1, 2};
@@ -59,7 +60,7 @@ inline std::vector<DenseCase> default_sweep() {
 
 // A handful of rows for smoke tests: one memory-bound, one compute-bound, one causal, one small
 // batch (all four have anchors) and one varlen row (no anchor).
-inline std::vector<DenseCase> quick_sweep() {
+inline std::vector<DenseCase> dense_quick_sweep() {
   std::vector<DenseCase> rows;
   DenseCase c;
   c.b = 128; c.s_q = 1; c.h_q = 16; c.s_k = 4096;
@@ -79,9 +80,98 @@ inline std::vector<DenseCase> quick_sweep() {
   return rows;
 }
 
-inline bool sweep_by_name(const std::string& name, std::vector<DenseCase>& out) {
-  if (name == "default") { out = default_sweep(); return true; }
-  if (name == "quick") { out = quick_sweep(); return true; }
+// Token-sparse decode over an FP8 paged cache (a main cache, optionally an extra one).
+enum class TopkLength {
+  kNone,    // no topk_length array: every list counts in full
+  kFull,    // an array holding topk (extra_topk) for every request
+  kRandom,  // per request uniform in [1, topk] (and [1, extra_topk]), the same in every input set
+};
+
+inline const char* topk_length_name(TopkLength t) {
+  switch (t) {
+    case TopkLength::kNone: return "none";
+    case TopkLength::kFull: return "full";
+    case TopkLength::kRandom: return "random";
+  }
+  return "unknown";
+}
+
+struct SparseCase {
+  hmla::SparseCacheLayout layout = hmla::SparseCacheLayout::kV32;
+  int b = 128;
+  int s_q = 1;
+  int h_q = 64;
+  int s_k = 32768;  // positions [0, s_k) of each request the indices are drawn from
+  int page = 64;
+  int topk = 2048;
+  int extra_topk = 0;  // 0: no extra cache
+  int extra_page = 64;
+  int extra_s_k = 0;
+  TopkLength topk_length = TopkLength::kNone;
+  bool sink = true;
+};
+
+// FlashMLA's anchor name of the layout ("fp8_v32", "fp8_model1").
+inline const char* sparse_layout_name(hmla::SparseCacheLayout l) {
+  return l == hmla::SparseCacheLayout::kV32 ? "fp8_v32" : "fp8_model1";
+}
+
+// The 14 sparse decode rows of ../shared/anchors/compare/compare.py, in its order: 10 with a FlashMLA
+// anchor (b 128), then 4 tensor-parallel shards of 128-head models (16 and 32 heads, no anchor).
+inline std::vector<SparseCase> sparse_default_sweep() {
+  using hmla::SparseCacheLayout;
+  auto row = [](SparseCacheLayout layout, int b, int s_q, int h_q, int s_k, int page, int topk, int extra_s_k,
+                int extra_page, int extra_topk) {
+    SparseCase c;
+    c.layout = layout;
+    c.b = b;
+    c.s_q = s_q;
+    c.h_q = h_q;
+    c.s_k = s_k;
+    c.page = page;
+    c.topk = topk;
+    c.extra_s_k = extra_s_k;
+    c.extra_page = extra_topk ? extra_page : 64;
+    c.extra_topk = extra_topk;
+    return c;
+  };
+  const SparseCacheLayout v32 = SparseCacheLayout::kV32, model1 = SparseCacheLayout::kModel1;
+  std::vector<SparseCase> rows;
+  for (int h_q : {64, 128})
+    for (int s_q : {1, 2}) rows.push_back(row(v32, 128, s_q, h_q, 32768, 64, 2048, 0, 0, 0));
+  for (int h_q : {64, 128})
+    for (int extra_topk : {512, 1024}) rows.push_back(row(model1, 128, 2, h_q, 16384, 256, 128, 16384, 64, extra_topk));
+  rows.push_back(row(model1, 128, 2, 128, 16384, 256, 128, 0, 0, 0));
+  rows.push_back(row(model1, 128, 2, 128, 32768, 64, 2048, 0, 0, 0));
+  rows.push_back(row(v32, 128, 1, 16, 32768, 64, 2048, 0, 0, 0));
+  rows.push_back(row(v32, 128, 1, 32, 32768, 64, 2048, 0, 0, 0));
+  rows.push_back(row(v32, 16, 1, 16, 32768, 64, 2048, 0, 0, 0));
+  rows.push_back(row(model1, 128, 2, 16, 16384, 256, 128, 16384, 64, 512));
+  return rows;
+}
+
+// One V3.2 row and one MODEL1 row with an extra cache (both anchored).
+inline std::vector<SparseCase> sparse_quick_sweep() {
+  std::vector<SparseCase> all = sparse_default_sweep();
+  return {all[0], all[4]};
+}
+
+struct Sweep {
+  std::vector<DenseCase> dense;
+  std::vector<SparseCase> sparse;
+};
+
+inline bool sweep_by_name(const std::string& name, Sweep& out) {
+  if (name == "default") {
+    out.dense = dense_default_sweep();
+    out.sparse = sparse_default_sweep();
+    return true;
+  }
+  if (name == "quick") {
+    out.dense = dense_quick_sweep();
+    out.sparse = sparse_quick_sweep();
+    return true;
+  }
   return false;
 }
 
@@ -92,6 +182,19 @@ inline std::string describe(const DenseCase& c) {
                   " page=" + std::to_string(c.page);
   if (c.causal) s += " causal";
   if (c.varlen) s += " varlen";
+  return s;
+}
+
+inline std::string describe(const SparseCase& c) {
+  std::string s = std::string(sparse_layout_name(c.layout)) + " b=" + std::to_string(c.b) +
+                  " s_q=" + std::to_string(c.s_q) + " h_q=" + std::to_string(c.h_q) +
+                  " s_k=" + std::to_string(c.s_k) + " page=" + std::to_string(c.page) +
+                  " topk=" + std::to_string(c.topk);
+  if (c.extra_topk)
+    s += " extra(s_k=" + std::to_string(c.extra_s_k) + " page=" + std::to_string(c.extra_page) +
+         " topk=" + std::to_string(c.extra_topk) + ")";
+  if (c.topk_length != TopkLength::kNone) s += std::string(" topk_length=") + topk_length_name(c.topk_length);
+  if (!c.sink) s += " no-sink";
   return s;
 }
 

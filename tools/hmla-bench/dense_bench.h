@@ -1,66 +1,18 @@
-// hmla-bench: one dense-decode row: inputs, plan, timing, metrics and the optional check.
+// hmla-bench: the dense-decode family: inputs, plan, the timed call and the check of one row.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "bench_case.h"
 #include "cases.h"
-#include "common.h"
+#include "hmla/decode_schedule.h"
+#include "hmla/dense_decode.h"
 
 namespace hmla_bench {
-
-// Pass thresholds of --check (stated in the output and the JSON).
-constexpr double kCheckOutRelL2 = 1e-2;  // ||out - ref||_2 / ||ref||_2 over the checked requests
-constexpr double kCheckLseAbs = 1e-3;    // max |lse - ref_lse| (natural log)
-
-struct RowOptions {
-  int warmup = 5;
-  double warmup_ms = 25.0;  // and at least this long (see timing.h)
-  int iters = 50;
-  bool backlog = true;
-  uint64_t seed = 20261129;
-  size_t rotate_min_bytes = 512 * kMiB;  // rotate input sets until the calls touch this much
-  int max_input_sets = 1024;
-  size_t max_rotation_bytes = 4 * kGiB;  // bound on all sets' allocations when rotating (not on one set)
-  bool check = false;
-  int check_requests = 0;  // 0: automatic (up to 8, fewer when the reference would be slow)
-  bool verbose = false;    // check progress on stderr
-};
-
-struct DenseResult {
-  DenseCase c;
-  // lengths actually used
-  long long total_tokens = 0;
-  double s_k_mean = 0;
-  int s_k_min = 0, s_k_max = 0;
-  // plan
-  size_t workspace_bytes = 0;
-  int num_sm_parts = 0;
-  int num_m_blocks = 0;
-  // rotation
-  int input_sets = 1;
-  double bytes_per_set = 0;  // device bytes one call touches (inputs, outputs, table)
-  // timing and metrics
-  TimeStats time;  // microseconds
-  double flops = 0, bytes = 0, tflops = 0, gbps = 0;
-  double sm_mhz = 0;  // SM clock right after the timed calls (SmClockProbe)
-  // check
-  bool checked = false;
-  std::vector<int> check_request_ids;
-  double out_rel_l2 = 0, out_max_abs = 0, lse_max_abs = 0;
-  unsigned long long nonfinite_out = 0;  // over the whole batch's out after the poisoned run
-  unsigned long long bad_lse = 0;        // NaN anywhere, or inf where the query has keys (or vice versa)
-  bool check_pass = true;
-  double check_seconds = 0;
-  std::string check_note;
-};
-
-// Throws hmla::InvalidArgument for shapes the library rejects, BenchError / hmla::CudaError for
-// CUDA failures.
-DenseResult run_dense_case(const DenseCase& c, const RowOptions& opt, cudaStream_t stream);
 
 // FlashMLA's formulas with s_k the mean length (total_tokens / b).
 inline double dense_flops(const DenseCase& c, long long total_tokens) {
@@ -71,5 +23,47 @@ inline double dense_bytes(const DenseCase& c, long long total_tokens) {
   return (double)c.b * c.s_q * c.h_q * 576 * elem + (double)total_tokens * c.h_kv * 576 * elem +
          (double)c.b * c.s_q * c.h_q * 512 * elem;
 }
+
+class DenseBench : public BenchCase {
+ public:
+  explicit DenseBench(const DenseCase& c) : c_(c) {}
+
+  const char* kind() const override { return "dense_decode"; }
+  std::string describe() const override { return hmla_bench::describe(c_); }
+  const AnchorRow* find_anchor(const Anchors& anchors) const override { return anchors.find_dense(c_); }
+
+  void setup(const RowOptions& opt, cudaStream_t stream) override;
+  int input_sets() const override { return sets_; }
+  double bytes_per_set() const override { return bytes_per_set_; }
+  size_t workspace_bytes() const override { return ws_bytes_; }
+  void run(int set, cudaStream_t stream) override;
+  double flops() const override { return dense_flops(c_, total_tokens_); }
+  double bytes() const override { return dense_bytes(c_, total_tokens_); }
+  void check(const RowOptions& opt, cudaStream_t stream, CheckOutcome& out) override;
+  void release() override;
+
+  std::string shape_header() const override;
+  std::string shape_cells() const override;
+  void json_shape(JsonWriter& w) const override;
+  void json_schedule(JsonWriter& w) const override;
+
+ private:
+  DenseCase c_;
+  // lengths actually used
+  std::vector<int> lens_;
+  long long total_tokens_ = 0;
+  int s_k_min_ = 0, s_k_max_ = 0;
+  int mbps_ = 1, num_blocks_ = 0;
+  // plan
+  size_t ws_bytes_ = 0;
+  int num_sm_parts_ = 0, num_m_blocks_ = 0;
+  // rotation
+  int sets_ = 1;
+  double bytes_per_set_ = 0;
+  // device state, one slot per input set
+  Slab q_, cache_, out_, lse_, table_, seqlens_, ws_;
+  std::vector<hmla::DenseDecodeParams> params_;
+  std::vector<hmla::DecodeSchedule> sched_;
+};
 
 }  // namespace hmla_bench

@@ -21,7 +21,7 @@ __host__ __device__ inline uint64_t mix64(uint64_t x) {
   return x;
 }
 
-__device__ inline uint64_t hash_index(uint64_t seed, uint64_t i) {
+__host__ __device__ inline uint64_t hash_index(uint64_t seed, uint64_t i) {
   return mix64(mix64(seed) ^ (i * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull));
 }
 
@@ -102,6 +102,8 @@ __global__ void count_nonfinite_kernel(const uint16_t* __restrict__ data, size_t
 }
 
 }  // namespace
+
+uint64_t counter_hash(uint64_t seed, uint64_t i) { return hash_index(seed, i); }
 
 void fill_randn_half(void* dst, size_t count, hmla::DType dtype, uint64_t seed, float stddev,
                      float clamp_abs, cudaStream_t stream) {

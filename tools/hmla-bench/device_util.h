@@ -17,6 +17,10 @@ namespace hmla_bench {
 void fill_randn_half(void* dst, size_t count, hmla::DType dtype, uint64_t seed, float stddev,
                      float clamp_abs, cudaStream_t stream);
 
+// The hash behind fill_randn_half, on the host: inputs built on the host (the FP8 caches, which
+// only the host quantiser packs) get the same kind of reproducible stream.
+uint64_t counter_hash(uint64_t seed, uint64_t i);
+
 // Fills `bytes` (a multiple of 4) with hashed 32-bit words.
 void fill_random_words(void* dst, size_t bytes, uint64_t seed, cudaStream_t stream);
 

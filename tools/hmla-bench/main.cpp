@@ -9,16 +9,20 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "anchors.h"
+#include "bench_case.h"
 #include "cases.h"
 #include "ceilings.h"
 #include "common.h"
 #include "dense_bench.h"
 #include "hmla/types.h"
 #include "json.h"
+#include "sparse_bench.h"
 
 #ifndef HMLA_BENCH_VERSION
 #define HMLA_BENCH_VERSION "unknown"
@@ -36,8 +40,29 @@ const char* kUsage =
     "usage:\n"
     "  hmla-bench dense-decode --b N --h-q N --s-k N [--s-q N] [--h-kv N] [--varlen] [--causal]\n"
     "                          [--dtype bf16|fp16] [--page N] [common options]\n"
-    "  hmla-bench --sweep default|quick [--dtype bf16|fp16] [--varlen] [common options]\n"
+    "  hmla-bench sparse-decode --layout v32|model1 --b N --s-q N --h-q N --topk N [--s-k N] [--page N]\n"
+    "                          [--extra-topk N [--extra-page N] [--extra-s-k N]]\n"
+    "                          [--topk-length random|full] [--no-sink] [common options]\n"
+    "  hmla-bench --sweep default|quick [--only dense|sparse_decode] [--dtype bf16|fp16] [--varlen]\n"
+    "                          [common options]\n"
     "  hmla-bench ceilings [common options]\n"
+    "\n"
+    "sparse-decode (FP8 paged cache, bf16 q, h_kv 1, d_v 512; set up as compare.py does):\n"
+    "  --layout v32|model1  DeepSeek-V3.2 (d_qk 576, 656 B/token) or V4 MODEL1 (d_qk 512, 584 B/token)\n"
+    "  --topk N             indices per query token: distinct random positions in [0, s_k) of its request,\n"
+    "                       mapped through a random block table to page * page_size + offset\n"
+    "  --s-k N              positions per request the indices are drawn from (default 32768, >= topk)\n"
+    "  --page N             tokens per page of the main cache (default 64)\n"
+    "  --extra-topk N       an extra cache of the same layout and N indices per query token into it;\n"
+    "                       --extra-page (default 64), --extra-s-k (default --s-k) shape it\n"
+    "  --topk-length MODE   pass topk_length (and extra_topk_length): 'full' = topk for every request,\n"
+    "                       'random' = uniform in [1, topk] per request (default: not passed)\n"
+    "  --no-sink            no attn_sink (default: one random float per head)\n"
+    "  The timed call is hmla::sparse_decode_run; the plan runs once per input set before timing, and its\n"
+    "  own GPU time (hmla::sparse_decode_plan alone, once per decoding step in an engine) is the plan_us\n"
+    "  column. flop = 2*h_q*attended*(d_qk+512), attended = b*s_q*(topk+extra_topk) (the counted entries\n"
+    "  with --topk-length); bytes = 2*b*s_q*h_q*d_qk + unique_tokens_read*(656 if d_qk == 576 else 576)\n"
+    "  + 2*b*s_q*h_q*512 (FlashMLA's formulas).\n"
     "\n"
     "common options:\n"
     "  --check              after timing, run once more into NaN-poisoned outputs and compare with the\n"
@@ -59,8 +84,11 @@ const char* kUsage =
     "  --device N           CUDA device (default 0)\n"
     "\n"
     "The default sweep is the 45 dense rows of ../shared/anchors/flashmla-h200.md (bf16, page 64,\n"
-    "h_kv 1, fixed lengths). --varlen draws each length uniformly in [s_k/2, s_k + s_k/2] (>= 1);\n"
-    "the metrics use the mean. ratio = anchor time / hmla time (> 1: hmla is faster).\n"
+    "h_kv 1, fixed lengths), then the 14 sparse decode rows of ../shared/anchors/compare/compare.py (10\n"
+    "with a FlashMLA anchor, 4 of 16 or 32 heads without); quick is 5 dense rows, one V3.2 and one\n"
+    "MODEL1 row; --only keeps one family. --dtype and --varlen apply to the dense rows. --varlen draws\n"
+    "each length uniformly in [s_k/2, s_k + s_k/2] (>= 1); the metrics use the mean.\n"
+    "ratio = anchor time / hmla time (> 1: hmla is faster).\n"
     "Exit status: 0 ok, 1 CUDA/runtime error or no Hopper GPU, 2 bad arguments, 3 a --check failed.\n";
 
 struct UsageError {
@@ -68,12 +96,17 @@ struct UsageError {
 };
 
 struct Cli {
-  std::string command;  // "dense-decode", "ceilings", or "" with --sweep
+  std::string command;  // "dense-decode", "sparse-decode", "ceilings", or "" with --sweep
   std::string sweep;
-  DenseCase single;
-  bool have_b = false, have_hq = false, have_sk = false;
-  bool shape_flag = false;  // any of --b --s-q --h-q --h-kv --s-k --page --causal
-  bool dtype_given = false, varlen_given = false;
+  std::string only;  // with --sweep: "", "dense" or "sparse_decode"
+  // shape flags as given; the family's defaults fill the rest
+  std::optional<int> b, s_q, h_q, h_kv, s_k, page, topk, extra_topk, extra_page, extra_s_k;
+  std::optional<hmla::SparseCacheLayout> layout;
+  std::optional<TopkLength> topk_length;
+  bool causal = false, varlen = false, no_sink = false;
+  std::optional<hmla::DType> dtype;
+  DenseCase dense;
+  SparseCase sparse;
   bool check = false;
   int check_requests = 0;
   std::string json_path;
@@ -131,38 +164,54 @@ Cli parse_cli(int argc, char** argv) {
       std::exit(kExitOk);
     } else if (a == "--sweep") {
       cli.sweep = value();
+    } else if (a == "--only") {
+      cli.only = value();
+      if (cli.only != "dense" && cli.only != "sparse_decode")
+        throw UsageError{"--only must be dense or sparse_decode, got '" + cli.only + "'"};
     } else if (a == "--b") {
-      cli.single.b = (int)parse_int(a, value(), 1, kMaxInt);
-      cli.have_b = cli.shape_flag = true;
+      cli.b = (int)parse_int(a, value(), 1, kMaxInt);
     } else if (a == "--s-q") {
-      cli.single.s_q = (int)parse_int(a, value(), 1, kMaxInt);
-      cli.shape_flag = true;
+      cli.s_q = (int)parse_int(a, value(), 1, kMaxInt);
     } else if (a == "--h-q") {
-      cli.single.h_q = (int)parse_int(a, value(), 1, kMaxInt);
-      cli.have_hq = cli.shape_flag = true;
+      cli.h_q = (int)parse_int(a, value(), 1, kMaxInt);
     } else if (a == "--h-kv") {
-      cli.single.h_kv = (int)parse_int(a, value(), 1, kMaxInt);
-      cli.shape_flag = true;
+      cli.h_kv = (int)parse_int(a, value(), 1, kMaxInt);
     } else if (a == "--s-k") {
-      cli.single.s_k = (int)parse_int(a, value(), 1, kMaxInt);
-      cli.have_sk = cli.shape_flag = true;
+      cli.s_k = (int)parse_int(a, value(), 1, kMaxInt);
     } else if (a == "--page") {
-      cli.single.page = (int)parse_int(a, value(), 1, kMaxInt);
-      cli.shape_flag = true;
+      cli.page = (int)parse_int(a, value(), 1, kMaxInt);
+    } else if (a == "--topk") {
+      cli.topk = (int)parse_int(a, value(), 1, kMaxInt);
+    } else if (a == "--extra-topk") {
+      cli.extra_topk = (int)parse_int(a, value(), 1, kMaxInt);
+    } else if (a == "--extra-page") {
+      cli.extra_page = (int)parse_int(a, value(), 1, kMaxInt);
+    } else if (a == "--extra-s-k") {
+      cli.extra_s_k = (int)parse_int(a, value(), 1, kMaxInt);
+    } else if (a == "--layout") {
+      std::string v = value();
+      if (v == "v32") cli.layout = hmla::SparseCacheLayout::kV32;
+      else if (v == "model1") cli.layout = hmla::SparseCacheLayout::kModel1;
+      else throw UsageError{"--layout must be v32 or model1, got '" + v + "'"};
+    } else if (a == "--topk-length") {
+      std::string v = value();
+      if (v == "random") cli.topk_length = TopkLength::kRandom;
+      else if (v == "full") cli.topk_length = TopkLength::kFull;
+      else throw UsageError{"--topk-length must be random or full, got '" + v + "'"};
+    } else if (a == "--no-sink") {
+      no_value();
+      cli.no_sink = true;
     } else if (a == "--causal") {
       no_value();
-      cli.single.causal = true;
-      cli.shape_flag = true;
+      cli.causal = true;
     } else if (a == "--varlen") {
       no_value();
-      cli.single.varlen = true;
-      cli.varlen_given = true;
+      cli.varlen = true;
     } else if (a == "--dtype") {
       std::string v = value();
-      if (v == "bf16") cli.single.dtype = hmla::DType::kBF16;
-      else if (v == "fp16") cli.single.dtype = hmla::DType::kFP16;
+      if (v == "bf16") cli.dtype = hmla::DType::kBF16;
+      else if (v == "fp16") cli.dtype = hmla::DType::kFP16;
       else throw UsageError{"--dtype must be bf16 or fp16, got '" + v + "'"};
-      cli.dtype_given = true;
     } else if (a == "--check") {
       no_value();
       cli.check = true;
@@ -197,25 +246,77 @@ Cli parse_cli(int argc, char** argv) {
     } else if (a.rfind("-", 0) == 0) {
       throw UsageError{"unknown option '" + args[i] + "'"};
     } else if (cli.command.empty()) {
-      if (a != "dense-decode" && a != "ceilings") throw UsageError{"unknown command '" + a + "'"};
+      if (a != "dense-decode" && a != "sparse-decode" && a != "ceilings")
+        throw UsageError{"unknown command '" + a + "'"};
       cli.command = a;
     } else {
       throw UsageError{"unexpected argument '" + a + "'"};
     }
   }
 
+  // which flags each command takes
+  const bool shared_shape = cli.b || cli.s_q || cli.h_q || cli.s_k || cli.page;
+  const bool dense_shape = cli.h_kv || cli.causal;
+  const bool dense_data = cli.dtype || cli.varlen;
+  const bool sparse_shape = cli.layout || cli.topk || cli.extra_topk || cli.extra_page || cli.extra_s_k ||
+                            cli.topk_length || cli.no_sink;
   if (!cli.sweep.empty()) {
-    std::vector<DenseCase> tmp;
+    Sweep tmp;
     if (!sweep_by_name(cli.sweep, tmp)) throw UsageError{"unknown sweep '" + cli.sweep + "' (default, quick)"};
-    if (cli.command == "ceilings") throw UsageError{"--sweep runs dense-decode rows, not 'ceilings'"};
-    if (cli.shape_flag) throw UsageError{"--sweep fixes the shapes; --b/--s-q/--h-q/--h-kv/--s-k/--page/--causal are not allowed with it"};
-    cli.command = "dense-decode";
+    // a family command with --sweep keeps that family's rows, as --only does
+    if (cli.command == "ceilings") throw UsageError{"--sweep runs benchmark rows, not 'ceilings'"};
+    if (!cli.command.empty()) {
+      const std::string family = cli.command == "dense-decode" ? "dense" : "sparse_decode";
+      if (!cli.only.empty() && cli.only != family)
+        throw UsageError{"'" + cli.command + "' with --only " + cli.only + " selects nothing"};
+      cli.only = family;
+    }
+    if (shared_shape || dense_shape || sparse_shape)
+      throw UsageError{"--sweep fixes the shapes; only --only, --dtype, --varlen and the common options go with it"};
   } else if (cli.command.empty()) {
-    throw UsageError{"no command (dense-decode, ceilings) and no --sweep"};
+    throw UsageError{"no command (dense-decode, sparse-decode, ceilings) and no --sweep"};
+  } else if (!cli.only.empty()) {
+    throw UsageError{"--only selects the family of a --sweep"};
   } else if (cli.command == "dense-decode") {
-    if (!cli.have_b || !cli.have_hq || !cli.have_sk) throw UsageError{"dense-decode needs --b, --h-q and --s-k"};
+    if (sparse_shape) throw UsageError{"--layout/--topk/--extra-*/--topk-length/--no-sink belong to sparse-decode"};
+    if (!cli.b || !cli.h_q || !cli.s_k) throw UsageError{"dense-decode needs --b, --h-q and --s-k"};
+    DenseCase& c = cli.dense;
+    c.b = *cli.b;
+    c.h_q = *cli.h_q;
+    c.s_k = *cli.s_k;
+    c.s_q = cli.s_q.value_or(c.s_q);
+    c.h_kv = cli.h_kv.value_or(c.h_kv);
+    c.page = cli.page.value_or(c.page);
+    c.causal = cli.causal;
+    c.varlen = cli.varlen;
+    c.dtype = cli.dtype.value_or(c.dtype);
+  } else if (cli.command == "sparse-decode") {
+    if (dense_shape || dense_data) throw UsageError{"--h-kv/--causal/--dtype/--varlen belong to dense-decode"};
+    if (!cli.layout || !cli.b || !cli.s_q || !cli.h_q || !cli.topk)
+      throw UsageError{"sparse-decode needs --layout, --b, --s-q, --h-q and --topk"};
+    if (!cli.extra_topk && (cli.extra_page || cli.extra_s_k))
+      throw UsageError{"--extra-page and --extra-s-k shape the extra cache: they need --extra-topk"};
+    SparseCase& c = cli.sparse;
+    c.layout = *cli.layout;
+    c.b = *cli.b;
+    c.s_q = *cli.s_q;
+    c.h_q = *cli.h_q;
+    c.topk = *cli.topk;
+    c.s_k = cli.s_k.value_or(c.s_k);
+    c.page = cli.page.value_or(c.page);
+    c.extra_topk = cli.extra_topk.value_or(0);
+    c.extra_page = cli.extra_page.value_or(c.extra_page);
+    c.extra_s_k = c.extra_topk ? cli.extra_s_k.value_or(c.s_k) : 0;
+    c.topk_length = cli.topk_length.value_or(TopkLength::kNone);
+    c.sink = !cli.no_sink;
+    if (c.topk > c.s_k)
+      throw UsageError{"--topk " + std::to_string(c.topk) + " exceeds --s-k " + std::to_string(c.s_k) +
+                       ": a list holds distinct positions of [0, s_k)"};
+    if (c.extra_topk > c.extra_s_k)
+      throw UsageError{"--extra-topk " + std::to_string(c.extra_topk) + " exceeds --extra-s-k " +
+                       std::to_string(c.extra_s_k) + ": a list holds distinct positions of [0, extra_s_k)"};
   } else if (cli.command == "ceilings") {
-    if (cli.shape_flag || cli.dtype_given || cli.varlen_given || cli.check)
+    if (shared_shape || dense_shape || dense_data || sparse_shape || cli.check)
       throw UsageError{"'ceilings' takes only the common options"};
     if (cli.no_ceilings) throw UsageError{"'ceilings' with --no-ceilings measures nothing"};
   }
@@ -263,41 +364,41 @@ void print_device_and_ceilings(const DeviceInfo& d, const Ceilings& c, const Cei
               c.matmul_tflops, c.matmul_n, c.matmul_time.median);
 }
 
-void print_table_header(bool ceil, bool anchors, bool check) {
-  std::printf("\n%5s %3s %3s %4s %6s %1s %1s %5s %4s %4s | %9s %7s %7s", "b", "s_q", "h_q", "h_kv", "s_k", "c", "v",
-              "dtype", "page", "sets", "time_us", "TFLOPS", "GB/s");
+struct RowRecord {
+  std::unique_ptr<BenchCase> row;  // released: only its figures remain
+  RowResult r;
+  const AnchorRow* anchor = nullptr;
+};
+
+void print_table_header(const BenchCase& row, bool ceil, bool anchors, bool check) {
+  std::printf("\n%s | %9s %7s %7s", row.shape_header().c_str(), "time_us", "TFLOPS", "GB/s");
   if (ceil) std::printf(" %6s %6s %6s", "%read", "%copy", "%mm");
+  std::printf("%s", row.extra_header().c_str());
   if (anchors) std::printf(" | %9s %6s", "anchor_us", "ratio");
   if (check) std::printf(" | check");
   std::printf(" | SM MHz\n");
   std::fflush(stdout);
 }
 
-void print_row(const DenseResult& r, const Ceilings& ceil, bool anchors, const AnchorRow* a) {
-  const DenseCase& c = r.c;
-  std::printf("%5d %3d %3d %4d %6d %1d %1d %5s %4d %4d | %9.2f %7.1f %7.1f", c.b, c.s_q, c.h_q, c.h_kv, c.s_k,
-              (int)c.causal, (int)c.varlen, hmla::dtype_name(c.dtype), c.page, r.input_sets, r.time.median, r.tflops,
-              r.gbps);
+void print_row(const RowRecord& rec, const Ceilings& ceil, bool anchors) {
+  const RowResult& r = rec.r;
+  std::printf("%s | %9.2f %7.1f %7.1f", rec.row->shape_cells().c_str(), r.time.median, r.tflops, r.gbps);
   if (ceil.measured)
     std::printf(" %6.1f %6.1f %6.1f", 100.0 * r.gbps / ceil.read_gbps, 100.0 * r.gbps / ceil.copy_gbps,
                 100.0 * r.tflops / ceil.matmul_tflops);
+  std::printf("%s", rec.row->extra_cells().c_str());
   if (anchors) {
-    if (a) std::printf(" | %9.2f %6.3f", a->time_us, a->time_us / r.time.median);
+    if (rec.anchor) std::printf(" | %9.2f %6.3f", rec.anchor->time_us, rec.anchor->time_us / r.time.median);
     else std::printf(" | %9s %6s", "-", "-");
   }
-  if (r.checked) {
-    std::printf(" | %s rel %s lse %s", r.check_pass ? "PASS" : "FAIL", fmt("%.2e", r.out_rel_l2).c_str(),
-                fmt("%.2e", r.lse_max_abs).c_str());
-    if (!r.check_pass) std::printf(" (%s)", r.check_note.c_str());
+  if (r.check.checked) {
+    std::printf(" | %s rel %s lse %s", r.check.pass ? "PASS" : "FAIL", fmt("%.2e", r.check.out_rel_l2).c_str(),
+                fmt("%.2e", r.check.lse_max_abs).c_str());
+    if (!r.check.pass) std::printf(" (%s)", r.check.note.c_str());
   }
   std::printf(" | %4.0f\n", r.sm_mhz);
   std::fflush(stdout);
 }
-
-struct RowRecord {
-  DenseResult r;
-  const AnchorRow* anchor = nullptr;
-};
 
 void write_json(const std::string& path, const Cli& cli, const DeviceInfo& d, const Ceilings& ceil,
                 const CeilingOptions& co, const Anchors& anchors, const RowOptions& ro,
@@ -326,7 +427,8 @@ void write_json(const std::string& path, const Cli& cli, const DeviceInfo& d, co
   w.end_object();
   w.kv("timing",
        std::string("CUDA events around each hmla::dense_decode_run call (split + combine; plan built once before "
-                   "timing), ") +
+                   "timing) or hmla::sparse_decode_run call (plan built once before timing; plan_time_us times "
+                   "hmla::sparse_decode_plan alone the same way), ") +
            std::to_string(ro.warmup) + " warm-up (repeated for at least " + std::to_string((int)ro.warmup_ms) +
            " ms), median of " + std::to_string(ro.iters) +
            ", input sets rotated until a pass touches " + std::to_string(ro.rotate_min_bytes >> 20) + " MiB" +
@@ -335,6 +437,10 @@ void write_json(const std::string& path, const Cli& cli, const DeviceInfo& d, co
   w.kv("dense",
        "flop = b*s_q*h_q*(2*576 + 2*512)*s_k ; bytes = b*(s_q*h_q*576*2 + s_k*h_kv*576*2 + s_q*h_q*512*2), s_k = mean "
        "length; GB = 1e9 bytes, TFLOPS = 1e12 flop/s");
+  w.kv("sparse_decode",
+       "flop = 2*h_q*attended*(d_qk + 512), attended = b*s_q*(topk + extra_topk) (the counted entries when "
+       "topk_length is passed) ; bytes = 2*b*s_q*h_q*d_qk + unique_tokens_read*(656 if d_qk == 576 else 576) + "
+       "2*b*s_q*h_q*512, unique_tokens_read = distinct tokens the counted entries name, mean over the input sets");
   w.end_object();
   if (ceil.measured) {
     w.key("ceilings").begin_object();
@@ -364,22 +470,17 @@ void write_json(const std::string& path, const Cli& cli, const DeviceInfo& d, co
   w.key("options").begin_object();
   w.kv("iters", ro.iters).kv("warmup", ro.warmup).kv("warmup_ms", ro.warmup_ms).kv("backlog", ro.backlog);
   w.kv("rotate_min_mib", (unsigned long long)(ro.rotate_min_bytes >> 20)).kv("seed", (unsigned long long)ro.seed);
-  w.kv("sweep", cli.sweep).kv("check", ro.check);
+  w.kv("sweep", cli.sweep).kv("only", cli.only).kv("check", ro.check);
   w.end_object();
   w.end_object();  // meta
 
   w.key("rows").begin_array();
   int failures = 0;
   for (const RowRecord& rec : rows) {
-    const DenseResult& r = rec.r;
-    const DenseCase& c = r.c;
+    const RowResult& r = rec.r;
+    const CheckOutcome& ck = r.check;
     w.begin_object();
-    w.kv("kind", "dense_decode").kv("layout", hmla::dtype_name(c.dtype)).kv("dtype", hmla::dtype_name(c.dtype));
-    w.kv("b", c.b).kv("s_q", c.s_q).kv("h_q", c.h_q).kv("h_kv", c.h_kv).kv("s_k", c.s_k);
-    w.kv("s_k_mean", r.s_k_mean).kv("s_k_min", r.s_k_min).kv("s_k_max", r.s_k_max);
-    w.kv("topk", 0).kv("extra_topk", 0).kv("extra_s_k", 0).kv("extra_page", 0);
-    w.kv("d_qk", 576).kv("d_v", 512).kv("causal", c.causal).kv("varlen", c.varlen).kv("page", c.page);
-    w.kv("attn_sink", false);
+    rec.row->json_shape(w);
     w.kv("time_us", r.time.median).kv("time_us_mean", r.time.mean).kv("time_us_min", r.time.min);
     w.kv("time_us_p10", r.time.p10).kv("time_us_p90", r.time.p90).kv("time_us_max", r.time.max);
     w.kv("iters", r.time.count).kv("warmup", ro.warmup).kv("input_sets", r.input_sets);
@@ -390,19 +491,20 @@ void write_json(const std::string& path, const Cli& cli, const DeviceInfo& d, co
     w.kv_opt("frac_matmul", ceil.measured, r.tflops / ceil.matmul_tflops);
     w.kv_opt("anchor_time_us", rec.anchor != nullptr, rec.anchor ? rec.anchor->time_us : 0.0);
     w.kv_opt("ratio", rec.anchor != nullptr, rec.anchor ? rec.anchor->time_us / r.time.median : 0.0);
-    w.kv("num_sm_parts", r.num_sm_parts).kv("num_m_blocks", r.num_m_blocks);
+    rec.row->json_schedule(w);
     w.kv("sm_clock_mhz", r.sm_mhz);
-    w.kv("workspace_bytes", (unsigned long long)r.workspace_bytes);
-    if (r.checked) {
-      w.kv("check_pass", r.check_pass);
-      w.kv("check_out_rel_l2", r.out_rel_l2).kv("check_out_max_abs", r.out_max_abs);
-      w.kv("check_lse_max_abs", r.lse_max_abs);
-      w.kv("check_nonfinite_out", r.nonfinite_out).kv("check_bad_lse", r.bad_lse);
+    w.kv("workspace_bytes", (unsigned long long)rec.row->workspace_bytes());
+    rec.row->json_extras(w);
+    if (ck.checked) {
+      w.kv("check_pass", ck.pass);
+      w.kv("check_out_rel_l2", ck.out_rel_l2).kv("check_out_max_abs", ck.out_max_abs);
+      w.kv("check_lse_max_abs", ck.lse_max_abs);
+      w.kv("check_nonfinite_out", ck.nonfinite_out).kv("check_bad_lse", ck.bad_lse);
       w.key("check_requests").begin_array();
-      for (int id : r.check_request_ids) w.value(id);
+      for (int id : ck.request_ids) w.value(id);
       w.end_array();
-      w.kv("check_seconds", r.check_seconds).kv("check_note", r.check_note);
-      if (!r.check_pass) ++failures;
+      w.kv("check_seconds", ck.seconds).kv("check_note", ck.note);
+      if (!ck.pass) ++failures;
     }
     w.end_object();
   }
@@ -498,23 +600,35 @@ int run(int argc, char** argv) {
   ro.check = cli.check;
   ro.check_requests = cli.check_requests;
 
-  std::vector<DenseCase> cases;
+  // the rows, dense first (each is built when its turn comes: it holds device memory)
+  std::vector<DenseCase> dense_cases;
+  std::vector<SparseCase> sparse_cases;
   if (!cli.sweep.empty()) {
-    sweep_by_name(cli.sweep, cases);
-    for (DenseCase& c : cases) {
-      if (cli.dtype_given) c.dtype = cli.single.dtype;
-      if (cli.varlen_given) c.varlen = true;
+    Sweep sweep;
+    sweep_by_name(cli.sweep, sweep);
+    if (cli.only != "sparse_decode") dense_cases = sweep.dense;
+    if (cli.only != "dense") sparse_cases = sweep.sparse;
+    for (DenseCase& c : dense_cases) {
+      if (cli.dtype) c.dtype = *cli.dtype;
+      if (cli.varlen) c.varlen = true;
     }
   } else if (cli.command == "dense-decode") {
-    cases.push_back(cli.single);
+    dense_cases.push_back(cli.dense);
+  } else if (cli.command == "sparse-decode") {
+    sparse_cases.push_back(cli.sparse);
   }
+  const size_t planned = dense_cases.size() + sparse_cases.size();
+  auto make_row = [&](size_t i) -> std::unique_ptr<BenchCase> {
+    if (i < dense_cases.size()) return std::make_unique<DenseBench>(dense_cases[i]);
+    return std::make_unique<SparseBench>(sparse_cases[i - dense_cases.size()]);
+  };
 
   Ceilings ceil;
   CeilingOptions co;
   std::vector<RowRecord> rows;
   auto fail = [&](const std::string& msg, int code) {
     std::fprintf(stderr, "hmla-bench: %s\n", msg.c_str());
-    if (!cli.json_path.empty()) write_json(cli.json_path, cli, d, ceil, co, anchors, ro, rows, cases.size(), msg);
+    if (!cli.json_path.empty()) write_json(cli.json_path, cli, d, ceil, co, anchors, ro, rows, planned, msg);
     return code;
   };
 
@@ -523,30 +637,35 @@ int run(int argc, char** argv) {
     // The rows are timed before the ceilings: right after the ceilings' full-power matmul and
     // streams, the first rows of a sweep ran up to 6 % slower than the same rows timed alone
     // (H200, session 4), which is the card's state, not the kernel's.
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const DenseCase& c = cases[i];
-      if (!cli.sweep.empty()) std::fprintf(stderr, "[%zu/%zu] %s ...\n", i + 1, cases.size(), describe(c).c_str());
+    for (size_t i = 0; i < planned; ++i) {
       RowRecord rec;
-      rec.r = run_dense_case(c, ro, stream.get());
-      rec.anchor = anchors.loaded() ? anchors.find_dense(c) : nullptr;
-      if (!cli.sweep.empty() && rec.r.checked)
-        std::fprintf(stderr, "        check %s in %.1f s\n", rec.r.check_pass ? "PASS" : "FAIL", rec.r.check_seconds);
-      rows.push_back(rec);
+      rec.row = make_row(i);
+      if (!cli.sweep.empty()) std::fprintf(stderr, "[%zu/%zu] %s ...\n", i + 1, planned, rec.row->describe().c_str());
+      rec.r = run_row(*rec.row, ro, stream.get());
+      rec.row->release();
+      rec.anchor = anchors.loaded() ? rec.row->find_anchor(anchors) : nullptr;
+      if (!cli.sweep.empty() && rec.r.check.checked)
+        std::fprintf(stderr, "        check %s in %.1f s\n", rec.r.check.pass ? "PASS" : "FAIL", rec.r.check.seconds);
+      rows.push_back(std::move(rec));
     }
     if (!cli.no_ceilings) {
       if (!cli.sweep.empty()) std::fprintf(stderr, "[ceilings] read stream, device copy, bf16 matmul ...\n");
       ceil = measure_ceilings(co, stream.get());
     }
     print_device_and_ceilings(d, ceil, co);
-    if (anchors.loaded() && !cases.empty())
+    if (anchors.loaded() && planned > 0)
       std::printf("anchors: %s (%s); ratio = anchor time / hmla time\n", anchors.path.c_str(), anchors.system.c_str());
-    if (cli.check && !cases.empty())
+    if (cli.check && planned > 0)
       std::printf("check: out rel-L2 <= %.0e (vs float64 reference, unrounded), |lse - ref| <= %.0e, no NaN/inf in "
                   "the whole batch's out, lse +inf exactly where a query has no key\n",
                   kCheckOutRelL2, kCheckLseAbs);
 
-    if (!cases.empty()) print_table_header(ceil.measured, anchors.loaded(), cli.check);
-    for (const RowRecord& rec : rows) print_row(rec.r, ceil, anchors.loaded(), rec.anchor);
+    // one table per family, in the order the rows ran
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (i == 0 || std::string(rows[i].row->kind()) != rows[i - 1].row->kind())
+        print_table_header(*rows[i].row, ceil.measured, anchors.loaded(), cli.check);
+      print_row(rows[i], ceil, anchors.loaded());
+    }
   } catch (const hmla::InvalidArgument& e) {
     return fail(std::string("invalid argument: ") + e.what(), kExitUsage);
   } catch (const std::exception& e) {
@@ -554,22 +673,25 @@ int run(int argc, char** argv) {
   }
 
   int failures = 0;
-  for (const RowRecord& rec : rows) failures += (rec.r.checked && !rec.r.check_pass) ? 1 : 0;
+  for (const RowRecord& rec : rows) failures += (rec.r.check.checked && !rec.r.check.pass) ? 1 : 0;
   if (anchors.loaded() && !rows.empty()) {
-    int with = 0;
-    double log_sum = 0, worst = INFINITY;
-    for (const RowRecord& rec : rows)
-      if (rec.anchor) {
-        double ratio = rec.anchor->time_us / rec.r.time.median;
-        ++with;
-        log_sum += std::log(ratio);
-        worst = std::min(worst, ratio);
-      }
-    if (with > 1)
-      std::printf("\nratio over %d anchored rows: geometric mean %.3f, worst %.3f\n", with, std::exp(log_sum / with), worst);
+    for (const char* kind : {"dense_decode", "sparse_decode"}) {
+      int with = 0;
+      double log_sum = 0, worst = INFINITY;
+      for (const RowRecord& rec : rows)
+        if (rec.anchor && std::string(rec.row->kind()) == kind) {
+          double ratio = rec.anchor->time_us / rec.r.time.median;
+          ++with;
+          log_sum += std::log(ratio);
+          worst = std::min(worst, ratio);
+        }
+      if (with > 1)
+        std::printf("\nratio over %d anchored %s rows: geometric mean %.3f, worst %.3f\n", with, kind,
+                    std::exp(log_sum / with), worst);
+    }
   }
   if (cli.check && !rows.empty()) std::printf("check: %d of %zu rows FAIL\n", failures, rows.size());
-  if (!cli.json_path.empty()) write_json(cli.json_path, cli, d, ceil, co, anchors, ro, rows, cases.size(), "");
+  if (!cli.json_path.empty()) write_json(cli.json_path, cli, d, ceil, co, anchors, ro, rows, planned, "");
   return failures ? kExitCheckFail : kExitOk;
 }
 
