@@ -1,8 +1,9 @@
 """FlashMLA's Python interface over hmla: get_mla_metadata, flash_mla_with_kvcache, flash_mla_sparse_fwd.
 
 Signatures, shapes, dtypes and defaults follow FlashMLA's current ``flash_mla_interface.py``, so
-``import hmla as flash_mla`` works for code written for FlashMLA (dense decode; the sparse functions
-check their arguments and then raise NotImplementedError until hmla's sparse kernels land).
+``import hmla as flash_mla`` works for code written for FlashMLA: dense decode and token-sparse decode
+over FP8 caches (``flash_mla_sparse_fwd`` checks its arguments and then raises NotImplementedError
+until hmla's sparse prefill kernel lands).
 
 Scheduling (the one place where hmla has to choose, see docs/PYTHON.md "Metadata and planning"):
 hmla's plan needs (batch, s_q, h_q, h_kv) and the device-side sequence lengths. The plan runs
@@ -18,6 +19,11 @@ the caller's framework, by ``get_mla_metadata`` when it is given ``cache_seqlens
 call) and keeps the schedule. Reuse a metadata object only while the shapes and the values of
 ``cache_seqlens`` stay the same (FlashMLA's rule), or re-plan with ``meta.replan(cache_seqlens)`` or
 by setting ``meta.tile_scheduler_metadata = None``.
+
+Sparse decode (``indices`` given) plans on the first call, from the shape, ``topk``, the extra
+cache's presence and ``extra_topk``, and the values in ``topk_length`` / ``extra_topk_length`` (when
+given). The same rule holds: reuse the metadata object while those stay the same, or re-plan with
+``meta.replan(topk_length=..., extra_topk_length=...)`` or ``meta.tile_scheduler_metadata = None``.
 """
 
 from __future__ import annotations
@@ -29,11 +35,25 @@ from typing import Any, Optional, Tuple
 from . import _C
 from ._frameworks import _BY_TYPE, Adapter, adapter_for, export
 
-_NOT_IMPLEMENTED_SPARSE_DECODE = "hmla: the sparse decode kernel is not implemented yet (dense decode only)"
-_NOT_IMPLEMENTED_SPARSE_PREFILL = "hmla: the sparse prefill kernel is not implemented yet (dense decode only)"
+_NOT_IMPLEMENTED_SPARSE_PREFILL = "hmla: the sparse prefill kernel is not implemented yet (decode only)"
 
 _MAX_S_Q = 16
 _MAX_H_Q = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class _SparsePlan:
+    """What a sparse decode plan depends on, besides the values in the length arrays."""
+
+    batch: int
+    s_q: int
+    h_q: int
+    topk: int
+    extra: bool
+    extra_topk: int
+    topk_length: bool
+    extra_topk_length: bool
+    device: int
 
 
 class FlashMLASchedMeta:
@@ -67,7 +87,8 @@ class FlashMLASchedMeta:
         self._schedule: Any = None
         self._key: Any = None  # fast-path key of the recorded config
         self._seqlens: Any = None  # the cache_seqlens the last plan read (for replan())
-        self._plan_shape: Any = None  # (s_q, h_q, h_kv) of the last plan
+        self._plan_shape: Any = None  # dense: (s_q, h_q, h_kv) of the last plan; sparse: a _SparsePlan
+        self._lengths: Any = None  # sparse: (topk_length, extra_topk_length) the last plan read
         self._workspace_fw: Any = None  # the adapter that allocated the workspace
         self._workspace_device: Optional[int] = None
 
@@ -99,19 +120,40 @@ class FlashMLASchedMeta:
         """The hmla plan (``hmla._C.Schedule``) or None."""
         return self._schedule
 
-    def replan(self, cache_seqlens: Any = None) -> None:
+    def replan(self, cache_seqlens: Any = None, *, topk_length: Any = None, extra_topk_length: Any = None) -> None:
         """Re-runs hmla's plan into this object's workspace on the current stream (same shape).
 
         For engines that reuse one metadata object (and a CUDA graph that captured only the attention
         calls) while the sequence lengths change: call it before the calls (or before the replay)
-        that should see the new lengths. ``cache_seqlens`` defaults to the array the last plan read.
+        that should see the new lengths. Dense decode: ``cache_seqlens`` defaults to the array the
+        last plan read. Sparse decode: ``topk_length`` / ``extra_topk_length`` default to the arrays
+        the last plan read (whether each is given at all cannot change: that is a new configuration).
         """
+        fn = "FlashMLASchedMeta.replan"
         if self._plan_shape is None:
-            raise ValueError("hmla.FlashMLASchedMeta.replan: nothing was planned yet (call flash_mla_with_kvcache first)")
+            raise ValueError(f"hmla.{fn}: nothing was planned yet (call flash_mla_with_kvcache first)")
+        if isinstance(self._plan_shape, _SparsePlan):
+            if cache_seqlens is not None:
+                raise ValueError(f"hmla.{fn}: argument 'cache_seqlens' is given, but this metadata object was "
+                                 "planned for sparse decode (pass topk_length / extra_topk_length)")
+            plan = self._plan_shape
+            for name, given, planned in (("topk_length", topk_length, plan.topk_length),
+                                         ("extra_topk_length", extra_topk_length, plan.extra_topk_length)):
+                if given is not None and not planned:
+                    raise ValueError(f"hmla.{fn}: argument '{name}' is given, but the plan was made without it "
+                                     "(a new configuration: let the next flash_mla_with_kvcache call plan)")
+            lengths = (self._lengths[0] if topk_length is None else topk_length,
+                       self._lengths[1] if extra_topk_length is None else extra_topk_length)
+            _plan_sparse(self, self._workspace_fw, self.workspace, plan, lengths[0], lengths[1], fn)
+            return
+        if topk_length is not None or extra_topk_length is not None:
+            name = "topk_length" if topk_length is not None else "extra_topk_length"
+            raise ValueError(f"hmla.{fn}: argument '{name}' is given, but this metadata object was planned for "
+                             "dense decode (pass cache_seqlens)")
         seqlens = self._seqlens if cache_seqlens is None else cache_seqlens
         s_q, h_q, h_kv = self._plan_shape
-        fw = adapter_for(seqlens, "FlashMLASchedMeta.replan", "cache_seqlens")
-        _plan(self, fw, seqlens, s_q, h_q, h_kv, "FlashMLASchedMeta.replan")
+        fw = adapter_for(seqlens, fn, "cache_seqlens")
+        _plan(self, fw, seqlens, s_q, h_q, h_kv, fn)
 
     def __repr__(self) -> str:
         return (
@@ -135,16 +177,21 @@ def _device_of(fw: Adapter, x: Any, fn: str, arg: str) -> int:
     return dev
 
 
+def _ensure_workspace(meta: FlashMLASchedMeta, fw: Adapter, like: Any, need: int, device: int) -> None:
+    """Keeps the workspace when it is large enough and on the device, else allocates one with fw."""
+    if meta.workspace is None or meta.workspace_bytes < need or meta._workspace_device != device:
+        meta.workspace = fw.empty_bytes(need, like)
+        meta.workspace_bytes = need
+        meta._workspace_fw = fw
+        meta._workspace_device = device
+
+
 def _plan(meta: FlashMLASchedMeta, fw: Adapter, cache_seqlens: Any, s_q: int, h_q: int, h_kv: int, fn: str) -> Any:
     """Makes sure the workspace is large enough (allocating it with fw), then plans into it."""
     device = _device_of(fw, cache_seqlens, fn, "cache_seqlens")
     batch = _batch_of(cache_seqlens, fn)
     need = _C.dense_decode_workspace_bytes(batch, s_q, h_q, h_kv, device, fn)
-    if meta.workspace is None or meta.workspace_bytes < need or meta._workspace_device != device:
-        meta.workspace = fw.empty_bytes(need, cache_seqlens)
-        meta.workspace_bytes = need
-        meta._workspace_fw = fw
-        meta._workspace_device = device
+    _ensure_workspace(meta, fw, cache_seqlens, need, device)
     stream = fw.stream(cache_seqlens)
     ws = export(meta.workspace, meta._workspace_fw, fn, "workspace")
     meta._schedule = _C.dense_decode_plan(export(cache_seqlens, fw, fn, "cache_seqlens"), s_q, h_q, h_kv, ws, stream, fn)
@@ -184,7 +231,7 @@ def get_mla_metadata(
     fn = "get_mla_metadata"
     meta = FlashMLASchedMeta()
     if cache_seqlens is None or is_fp8_kvcache or topk is not None:
-        return meta, None  # nothing to prepare: plan on the first call (sparse: no kernel yet)
+        return meta, None  # nothing to prepare: plan on the first call (sparse: it knows topk and the lengths)
 
     fw = adapter_for(cache_seqlens, fn, "cache_seqlens")
     device = _device_of(fw, cache_seqlens, fn, "cache_seqlens")
@@ -222,10 +269,7 @@ def get_mla_metadata(
             f"hmla.{fn}: argument 'num_q_tokens_per_head_k' is {rows}, which is not s_q * h_q / h_kv for any "
             f"s_q in 1..{_MAX_S_Q} and h_q <= {_MAX_H_Q} (num_heads_k = {h_kv})"
         )
-    meta.workspace = fw.empty_bytes(need, cache_seqlens)
-    meta.workspace_bytes = need
-    meta._workspace_fw = fw
-    meta._workspace_device = device
+    _ensure_workspace(meta, fw, cache_seqlens, need, device)
     return meta, None
 
 
@@ -237,6 +281,19 @@ def _shape4(x: Any, fn: str, arg: str, layout: str) -> Tuple[int, int, int, int]
     if len(shape) != 4:
         raise ValueError(f"hmla.{fn}: argument '{arg}' has shape {shape}, expected 4 dimensions {layout}")
     return shape  # type: ignore[return-value]
+
+
+def _check_config(meta: FlashMLASchedMeta, config: "FlashMLASchedMeta.Config", fn: str) -> None:
+    """FlashMLA's rule: calls that share an initialised metadata object have its recorded config."""
+    if meta.have_initialized and meta.config is not None and meta.config != config:
+        for field in dataclasses.fields(config):
+            have, got = getattr(meta.config, field.name), getattr(config, field.name)
+            if have != got:
+                raise ValueError(
+                    f"hmla.{fn}: tile_scheduler_metadata was set up for {field.name} = {have}, but this call has "
+                    f"{field.name} = {got}. Use one metadata object per shape (get_mla_metadata() again), as "
+                    "with FlashMLA: the arguments must stay consistent across calls that share sched_meta."
+                )
 
 
 def _first_dense_call(meta, fw, q, k_cache, block_table, cache_seqlens, head_dim_v, causal, key, fn):
@@ -252,17 +309,10 @@ def _first_dense_call(meta, fw, q, k_cache, block_table, cache_seqlens, head_dim
         export(cache_seqlens, fw, fn, "cache_seqlens"), int(head_dim_v), True)
     b, s_q, h_q, page, h_kv = key[0], key[1], key[2], key[3], key[4]
     config = FlashMLASchedMeta.Config(b, s_q, h_q, page, h_kv, causal, False, None, None, None)
-    if meta.have_initialized and meta.config is not None and meta.config != config:
-        for field in dataclasses.fields(config):
-            have, got = getattr(meta.config, field.name), getattr(config, field.name)
-            if have != got:
-                raise ValueError(
-                    f"hmla.{fn}: tile_scheduler_metadata was set up for {field.name} = {have}, but this call has "
-                    f"{field.name} = {got}. Use one metadata object per shape (get_mla_metadata() again), as "
-                    "with FlashMLA: the arguments must stay consistent across calls that share sched_meta."
-                )
+    _check_config(meta, config, fn)
     sched = meta._schedule
-    if sched is None or (sched.batch, sched.s_q, sched.h_q, sched.h_kv) != (b, s_q, h_q, h_kv) or sched.device != shape["device"]:
+    if sched is None or sched.sparse or (sched.batch, sched.s_q, sched.h_q, sched.h_kv) != (b, s_q, h_q, h_kv) \
+            or sched.device != shape["device"]:
         sched = _plan(meta, adapter_for(cache_seqlens, fn, "cache_seqlens"), cache_seqlens, s_q, h_q, h_kv, fn)
     meta.config = config
     meta.have_initialized = True
@@ -296,7 +346,13 @@ def flash_mla_with_kvcache(
     head_dim_v 512. Returns ``out [batch, s_q, h_q, 512]`` (q's dtype) and
     ``lse [batch, h_q, s_q]`` float32, allocated with q's framework, computed on its current stream.
     ``causal``: query token i of a request sees its first ``s_k - s_q + i + 1`` keys.
-    Sparse (``indices`` given, FP8 cache): arguments are checked, then NotImplementedError.
+    Sparse (``indices`` given, ``is_fp8_kvcache=True``, ``causal=False``): q ``[batch, s_q, h_q, 576 | 512]``
+    bf16, k_cache FlashMLA's FP8 view ``[num_blocks, page_block_size, 1, 656 | 584]`` (1-byte dtype, any
+    page stride), indices ``[batch, s_q, topk]`` int32 (``page * page_block_size + offset``; -1 and
+    out-of-range values are skipped); optional ``topk_length [batch]`` int32, ``attn_sink [h_q]``
+    float32, ``extra_k_cache`` (same layout, own page size) with ``extra_indices_in_kvcache
+    [batch, s_q, extra_topk]`` and ``extra_topk_length [batch]``. Returns ``out [batch, s_q, h_q, 512]``
+    bf16 and ``lse [batch, h_q, s_q]`` float32.
     """
     fn = "flash_mla_with_kvcache"
     meta = tile_scheduler_metadata
@@ -308,7 +364,7 @@ def flash_mla_with_kvcache(
     if num_splits is not None:
         raise ValueError(f"hmla.{fn}: argument 'num_splits' must be None (the second value get_mla_metadata returns)")
     if indices is not None or is_fp8_kvcache:
-        return _sparse_decode(q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_kvcache, indices, attn_sink,
+        return _sparse_decode(meta, q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_kvcache, indices, attn_sink,
                               extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length)
     if attn_sink is not None or extra_k_cache is not None or extra_indices_in_kvcache is not None \
             or topk_length is not None or extra_topk_length is not None:
@@ -352,9 +408,43 @@ def flash_mla_with_kvcache(
     return out, lse
 
 
-def _sparse_decode(q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_kvcache, indices, attn_sink,
-                   extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length):
-    fn = "flash_mla_with_kvcache"
+_SPARSE_ARGS = ("q", "k_cache", "indices", "topk_length", "attn_sink", "extra_k_cache", "extra_indices_in_kvcache",
+                "extra_topk_length")
+_FP8_CACHES = ("k_cache", "extra_k_cache")
+
+
+def _sparse_exports(arrays, fn):
+    """DLPack capsules of the sparse inputs (None stays None), each through its own framework; the FP8
+    caches viewed as bytes first (not every framework exports float8 over DLPack)."""
+    caps = []
+    for x, arg in zip(arrays, _SPARSE_ARGS):
+        if x is None:
+            caps.append(None)
+            continue
+        a = adapter_for(x, fn, arg)
+        caps.append(export(a.as_bytes(x) if arg in _FP8_CACHES else x, a, fn, arg))
+    return caps
+
+
+def _plan_sparse(meta: FlashMLASchedMeta, fw: Adapter, like: Any, plan: _SparsePlan, topk_length: Any,
+                 extra_topk_length: Any, fn: str) -> Any:
+    """Makes sure the workspace is large enough (allocating it with fw, like `like`), then plans into it
+    on the workspace's current stream."""
+    need = _C.sparse_decode_workspace_bytes(plan.batch, plan.s_q, plan.h_q, plan.device, fn)
+    _ensure_workspace(meta, fw, like, need, plan.device)
+    wfw = meta._workspace_fw
+    lengths = _sparse_exports((None, None, None, topk_length, None, None, None, extra_topk_length), fn)
+    meta._schedule = _C.sparse_decode_plan(plan.batch, plan.s_q, plan.h_q, plan.topk, lengths[3], plan.extra,
+                                           plan.extra_topk, lengths[7], export(meta.workspace, wfw, fn, "workspace"),
+                                           wfw.stream(meta.workspace), fn)
+    meta._plan_shape = plan
+    meta._lengths = (topk_length, extra_topk_length)
+    return meta._schedule
+
+
+def _first_sparse_call(meta, fw, arrays, head_dim_v, softmax_scale, causal, is_fp8_kvcache, key, fn):
+    """Slow path of sparse flash_mla_with_kvcache: every check, config bookkeeping, the plan when needed."""
+    q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices, extra_topk_length = arrays
     if indices is None:
         raise ValueError(
             f"hmla.{fn}: argument 'is_fp8_kvcache' is True but 'indices' is None: FP8 KV caches are used by "
@@ -364,24 +454,74 @@ def _sparse_decode(q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_kvcache
         raise ValueError(f"hmla.{fn}: argument 'causal' must be False when sparse attention is enabled (indices given)")
     if not is_fp8_kvcache:
         raise ValueError(f"hmla.{fn}: argument 'is_fp8_kvcache' must be True when sparse attention is enabled (indices given)")
-    if softmax_scale is not None and not isinstance(softmax_scale, numbers.Real):
+    if softmax_scale is not None and (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real)):
         raise TypeError(f"hmla.{fn}: argument 'softmax_scale' is {softmax_scale!r}, expected a float or None")
-    fw = adapter_for(q, fn, "q")
+    if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, numbers.Integral):
+        raise TypeError(f"hmla.{fn}: argument 'head_dim_v' is {head_dim_v!r}, expected the int 512")
+    # Every check (the metadata here, the rest in hmla::validate) before anything is allocated or
+    # launched; 0 stands for the default scale.
+    shape = _C.check_sparse_decode_args(*_sparse_exports(arrays, fn), int(head_dim_v),
+                                        0.0 if softmax_scale is None else float(softmax_scale), True)
+    extra = shape["extra_topk"] is not None
+    config = FlashMLASchedMeta.Config(shape["batch"], shape["s_q"], shape["h_q"], shape["page_block_size"], 1, False,
+                                      True, shape["topk"], shape["extra_page_block_size"], shape["extra_topk"])
+    _check_config(meta, config, fn)
+    plan = _SparsePlan(shape["batch"], shape["s_q"], shape["h_q"], shape["topk"], extra,
+                       shape["extra_topk"] if extra else 0, topk_length is not None, extra_topk_length is not None,
+                       shape["device"])
+    if meta._schedule is None or meta._plan_shape != plan:
+        _plan_sparse(meta, fw, q, plan, topk_length, extra_topk_length, fn)
+    meta.config = config
+    meta.have_initialized = True
+    meta._key = key
+    return meta._schedule
+
+
+def _sparse_decode(meta, q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_kvcache, indices, attn_sink,
+                   extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length):
+    fn = "flash_mla_with_kvcache"
+    fw = _BY_TYPE.get(type(q)) or adapter_for(q, fn, "q")
     if fw.host:
         raise ValueError(f"hmla.{fn}: argument 'q' is a host ({fw.name}) array, expected a CUDA device array")
-
-    def ex(x, arg, as_bytes=False):
-        if x is None:
-            return None
-        a = adapter_for(x, fn, arg)
-        return export(a.as_bytes(x) if as_bytes else x, a, fn, arg)
-
-    _C.check_sparse_decode_args(
-        ex(q, "q"), ex(k_cache, "k_cache", True), ex(indices, "indices"), ex(topk_length, "topk_length"),
-        ex(attn_sink, "attn_sink"), ex(extra_k_cache, "extra_k_cache", True),
-        ex(extra_indices_in_kvcache, "extra_indices_in_kvcache"), ex(extra_topk_length, "extra_topk_length"),
-        int(head_dim_v) if isinstance(head_dim_v, numbers.Integral) else -1, True)
-    raise NotImplementedError(_NOT_IMPLEMENTED_SPARSE_DECODE)
+    arrays = (q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices_in_kvcache, extra_topk_length)
+    try:
+        b, s_q, h_q, d_qk = q.shape
+        key = (b, s_q, h_q, d_qk, k_cache.shape[1], indices.shape[-1],
+               None if extra_k_cache is None else extra_k_cache.shape[1],
+               None if extra_indices_in_kvcache is None else extra_indices_in_kvcache.shape[-1],
+               topk_length is None, extra_topk_length is None, causal, is_fp8_kvcache, head_dim_v)
+    except Exception:  # not arrays, or the wrong rank: the slow path names the argument
+        key = None
+    sched = meta._schedule
+    if key is None or sched is None or key != meta._key or not meta.have_initialized:
+        sched = _first_sparse_call(meta, fw, arrays, head_dim_v, softmax_scale, causal, is_fp8_kvcache, key, fn)
+        b, s_q, h_q, d_qk = q.shape
+    if softmax_scale is None:
+        softmax_scale = d_qk ** -0.5
+    out, lse = fw.alloc_outputs(q, (b, s_q, h_q, 512), (b, h_q, s_q))
+    stream = fw.stream(q)
+    dl = fw.dl
+    qt = type(q)
+    caps = None
+    # The byte views of the caches stay referenced until the call returns (after a synchronous
+    # framework's wait): the kernels read them.
+    k_bytes = fw.as_bytes(k_cache) if type(k_cache) is qt else None
+    extra_bytes = fw.as_bytes(extra_k_cache) if type(extra_k_cache) is qt else None
+    if k_bytes is not None and (extra_k_cache is None or extra_bytes is not None) and all(
+            x is None or type(x) is qt for x in arrays):
+        try:
+            caps = (dl(q), dl(k_bytes), dl(indices), None if topk_length is None else dl(topk_length),
+                    None if attn_sink is None else dl(attn_sink), None if extra_bytes is None else dl(extra_bytes),
+                    None if extra_indices_in_kvcache is None else dl(extra_indices_in_kvcache),
+                    None if extra_topk_length is None else dl(extra_topk_length))
+        except Exception:
+            caps = None
+    if caps is None:  # mixed frameworks, or an export failed: per-argument, with named errors
+        caps = _sparse_exports(arrays, fn)
+    _C.sparse_decode_run(*caps, dl(out), dl(lse), sched, softmax_scale, stream)
+    if fw.synchronous:
+        fw.finish(stream, q)
+    return out, lse
 
 
 def flash_mla_sparse_fwd(

@@ -22,6 +22,7 @@
 #include "hmla/dense_decode.h"
 #include "hmla/params.h"
 #include "hmla/reference.h"
+#include "hmla/sparse_decode.h"
 #include "hmla/types.h"
 
 namespace nb = nanobind;
@@ -343,9 +344,20 @@ hmla::DenseDecodeParams dense_params(const DenseShape& s, const InArray& q, cons
   return p;
 }
 
+// What a sparse schedule was planned for, beyond DecodeSchedule's shape: runs must match it.
+struct SparsePlanKey {
+  int topk = 0;
+  int extra_topk = 0;
+  bool extra = false;
+  bool topk_length = false;
+  bool extra_topk_length = false;
+};
+
 struct Schedule {
   hmla::DecodeSchedule s;
   int device = -1;
+  bool sparse = false;
+  SparsePlanKey sparse_key;
 };
 
 size_t workspace_bytes(int batch, int s_q, int h_q, int h_kv, int device, const char* fn) {
@@ -397,6 +409,8 @@ void dense_run(nb::handle q_obj, nb::handle k_obj, nb::handle bt_obj, nb::handle
   check_shape(fn, "lse", lse, {s.batch, s.h_q, s.s_q}, "[batch, h_q, s_q]");
   check_last_dim_contiguous(fn, "out", out);
   check_last_dim_contiguous(fn, "lse", lse);
+  if (sched.sparse)
+    raise_value(fn, "tile_scheduler_metadata", "holds a sparse decode schedule, but this call is dense (no indices)");
   if (sched.device != s.device)
     raise_value(fn, "tile_scheduler_metadata", "was planned on device " + std::to_string(sched.device) +
                                                    ", but q is on device " + std::to_string(s.device));
@@ -450,45 +464,84 @@ nb::dict check_dense_args(nb::handle q_obj, nb::handle k_obj, nb::handle bt_obj,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Sparse decode and sparse prefill: argument checks only (hmla has no sparse kernels yet).
+// Token-sparse decode (flash_mla_with_kvcache with indices). The extension checks the DLPack
+// metadata (dtype, device, rank, shapes that must agree, contiguity hmla's structs cannot express)
+// and fills hmla::SparseDecodeParams; everything deeper (shape limits, page strides, alignment,
+// overlapping rows, the extra cache's consistency) is hmla::validate's, whose field names
+// translate_sparse maps back to the Python argument.
 
 bool present(nb::handle h) { return h.is_valid() && !h.is_none(); }
 
-int64_t fp8_token_bytes_for(int d_qk) {
-  return d_qk == 576 ? hmla::reference::sparse_token_bytes(hmla::SparseCacheLayout::kV32)
-                     : hmla::reference::sparse_token_bytes(hmla::SparseCacheLayout::kModel1);
+nb::object int_or_none(bool given, int value) { return given ? nb::object(nb::int_(value)) : nb::none(); }
+
+hmla::SparseCacheLayout sparse_layout_for(int64_t d_qk) {
+  return d_qk == 512 ? hmla::SparseCacheLayout::kModel1 : hmla::SparseCacheLayout::kV32;
 }
 
-void check_fp8_cache(const char* fn, const char* arg, const InArray& c, int d_qk, bool require_cuda, int* device) {
+// The Python argument behind a field of hmla::SparseDecodeParams.
+std::string sparse_python_argument(const std::string& field) {
+  auto starts = [&](const char* prefix) { return field.rfind(prefix, 0) == 0; };
+  if (field == "topk_length" || field == "extra_topk_length" || field == "attn_sink" ||
+      field == "softmax_scale" || starts("workspace"))
+    return field;
+  if (starts("extra_cache.")) return "extra_k_cache";
+  if (starts("cache.")) return "k_cache";
+  if (starts("extra_indices") || field == "extra_topk") return "extra_indices_in_kvcache";
+  if (starts("indices") || field == "topk") return "indices";
+  if (starts("out")) return "out";
+  if (starts("lse")) return "lse";
+  if (field == "d_v") return "head_dim_v";
+  return "q";  // q and its strides, and the shape it carries: layout, d_qk, batch, s_q, h_q
+}
+
+// translate() for the sparse entry points: the message names the Python argument first, then
+// hmla's own message with the struct field.
+template <typename F>
+auto translate_sparse(const char* fn, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const hmla::InvalidArgument& e) {
+    throw nb::value_error(
+        (where(fn) + ": argument '" + sparse_python_argument(e.argument()) + "': " + e.what()).c_str());
+  } catch (const hmla::CudaError& e) {
+    throw std::runtime_error(where(fn) + ": " + e.what());
+  }
+}
+
+// An FP8 cache as FlashMLA hands it over: [num_blocks, page_block_size, 1, bytes_per_token] bytes
+// whose block stride is the page stride (any: FlashMLA's quantiser pads V3.2 pages by a token and
+// MODEL1 pages to a multiple of 576). Tokens inside a page must be back to back.
+hmla::SparseKVCache import_fp8_cache(const char* fn, const char* arg, const InArray& c,
+                                     hmla::SparseCacheLayout layout, bool require_cuda, int* device) {
   check_dtype(fn, arg, c, {dt(kCodeFloat8E4M3FN, 8), dt(kCodeInt, 8), dt(kCodeUInt, 8)},
               "float8_e4m3fn, int8 or uint8 (the packed FP8 cache bytes)");
   check_device(fn, arg, c, require_cuda, device);
   check_ndim(fn, arg, c, 4, "[num_blocks, page_block_size, 1, bytes_per_token]");
   check_last_dim_contiguous(fn, arg, c);
-  const int64_t bpt = fp8_token_bytes_for(d_qk);
+  const int64_t bpt = hmla::reference::sparse_token_bytes(layout);
   if (c.shape(2) != 1)
     raise_value(fn, arg, "has h_kv = " + std::to_string(c.shape(2)) +
                              ", expected 1 (the sparse FP8 caches are MQA: one KV head)");
   if (static_cast<int64_t>(c.shape(3)) != bpt)
     raise_value(fn, arg, "has " + std::to_string(c.shape(3)) + " bytes per token, expected " +
-                             std::to_string(bpt) + " for head_dim " + std::to_string(d_qk) +
-                             (d_qk == 576 ? " (DeepSeek-V3.2 layout)" : " (DeepSeek-V4 MODEL1 layout)"));
-  if (c.shape(0) < 1) raise_value(fn, arg, "has no blocks (num_blocks = 0)");
-  if (c.shape(1) < 1) raise_value(fn, arg, "has page_block_size 0");
+                             std::to_string(bpt) + " for head_dim " +
+                             std::to_string(hmla::reference::sparse_cache_d_qk(layout)) +
+                             (layout == hmla::SparseCacheLayout::kV32 ? " (DeepSeek-V3.2 layout)"
+                                                                      : " (DeepSeek-V4 MODEL1 layout)"));
   if (c.shape(1) > 1 && c.stride(1) != bpt)
     raise_value(fn, arg, "has token stride " + std::to_string(c.stride(1)) + " bytes, expected " +
-                             std::to_string(bpt) + " (the whole block must be contiguous)");
-  const int64_t min_page = hmla::reference::sparse_page_bytes(
-      d_qk == 576 ? hmla::SparseCacheLayout::kV32 : hmla::SparseCacheLayout::kModel1,
-      static_cast<int>(c.shape(1)));
-  if (c.shape(0) > 1 && c.stride(0) < (d_qk == 576 ? static_cast<int64_t>(c.shape(1)) * bpt : min_page))
-    raise_value(fn, arg, "has block stride " + std::to_string(c.stride(0)) + " bytes, expected >= " +
-                             std::to_string(d_qk == 576 ? static_cast<int64_t>(c.shape(1)) * bpt : min_page));
+                             std::to_string(bpt) + " (the tokens of a page are back to back)");
+  hmla::SparseKVCache cache;
+  cache.data = static_cast<const uint8_t*>(c.data());
+  cache.num_blocks = to_int(fn, arg, c.shape(0), "num_blocks");
+  cache.page_size = to_int(fn, arg, c.shape(1), "page_block_size");
+  cache.block_stride_bytes = c.stride(0);
+  return cache;
 }
 
-// A [batch, s_q, topk] int32 index list of the sparse decode kernels.
-InArray check_index_list(const char* fn, const char* name, nb::handle obj, int64_t batch, int64_t s_q,
-                         const char* layout, bool require_cuda, int* device) {
+// A [batch, s_q, topk] int32 index list.
+InArray import_index_list(const char* fn, const char* name, nb::handle obj, int64_t batch, int64_t s_q,
+                          const char* layout, bool require_cuda, int* device) {
   InArray idx = import_array<InArray>(obj, fn, name);
   check_dtype(fn, name, idx, {dt(kCodeInt, 32)}, "int32");
   check_device(fn, name, idx, require_cuda, device);
@@ -499,61 +552,233 @@ InArray check_index_list(const char* fn, const char* name, nb::handle obj, int64
 }
 
 // An optional 1-D per-request / per-head / per-token vector (topk_length, attn_sink, ...): dtype,
-// device, length and contiguity, each failure naming the argument.
-void check_optional_vector(const char* fn, const char* name, nb::handle obj, nb::dlpack::dtype dtype,
-                           const char* dtype_name, int64_t length, const char* shape_text,
-                           bool require_cuda, int* device) {
-  if (!present(obj)) return;
+// device, length and contiguity, each failure naming the argument. Returns its data or null.
+const void* import_optional_vector(const char* fn, const char* name, nb::handle obj, nb::dlpack::dtype dtype,
+                                   const char* dtype_name, int64_t length, const char* shape_text,
+                                   bool require_cuda, int* device) {
+  if (!present(obj)) return nullptr;
   InArray t = import_array<InArray>(obj, fn, name);
   check_dtype(fn, name, t, {dtype}, dtype_name);
   check_device(fn, name, t, require_cuda, device);
   check_shape(fn, name, t, {length}, shape_text);
   check_contiguous_1d(fn, name, t);
+  return t.data();
 }
 
-void check_sparse_decode_args(nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj, nb::handle topk_len_obj,
-                              nb::handle sink_obj, nb::handle extra_k_obj, nb::handle extra_idx_obj,
-                              nb::handle extra_len_obj, int64_t head_dim_v, bool require_cuda) {
-  const char* fn = "flash_mla_with_kvcache";
+// The inputs of one sparse decode call: the imported arrays (kept alive for the call) and the
+// parameters built from them, outputs not set.
+struct SparseInputs {
+  InArray q, k, indices, extra_k, extra_indices;
+  hmla::SparseDecodeParams p;
   int device = -1;
-  InArray q = import_array<InArray>(q_obj, fn, "q");
+};
+
+SparseInputs import_sparse(const char* fn, nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj,
+                           nb::handle topk_len_obj, nb::handle sink_obj, nb::handle extra_k_obj,
+                           nb::handle extra_idx_obj, nb::handle extra_len_obj, int64_t head_dim_v,
+                           bool require_cuda) {
+  SparseInputs in;
+  hmla::SparseDecodeParams& p = in.p;
+  in.q = import_array<InArray>(q_obj, fn, "q");
+  const InArray& q = in.q;
   check_dtype(fn, "q", q, {dt(kCodeBfloat, 16)}, "bfloat16 (sparse decode)");
-  check_device(fn, "q", q, require_cuda, &device);
+  check_device(fn, "q", q, require_cuda, &in.device);
   check_ndim(fn, "q", q, 4, "[batch, s_q, h_q, head_dim]");
   check_last_dim_contiguous(fn, "q", q);
-  const int64_t b = q.shape(0), s_q = q.shape(1), h_q = q.shape(2), d_qk = q.shape(3);
-  if (b < 1) raise_value(fn, "q", "has batch 0, expected >= 1");
-  if (s_q < 1) raise_value(fn, "q", "has s_q 0, expected >= 1");
-  if (h_q < 1) raise_value(fn, "q", "has h_q 0, expected >= 1");
+  const int64_t d_qk = q.shape(3);
+  // The layout follows from head_dim, so a head_dim of neither layout is reported here, before
+  // the cache is read with the wrong one.
   if (d_qk != 576 && d_qk != 512)
     raise_value(fn, "q", "has head_dim " + std::to_string(d_qk) +
                              ", expected 576 (DeepSeek-V3.2) or 512 (DeepSeek-V4 MODEL1) for sparse decode");
-  if (head_dim_v != kDV) raise_value(fn, "head_dim_v", "is " + std::to_string(head_dim_v) + ", expected 512");
+  p.layout = sparse_layout_for(d_qk);
+  p.batch = to_int(fn, "q", q.shape(0), "batch");
+  p.s_q = to_int(fn, "q", q.shape(1), "s_q");
+  p.h_q = to_int(fn, "q", q.shape(2), "h_q");
+  p.d_qk = static_cast<int>(d_qk);
+  p.d_v = head_dim_v > INT_MAX || head_dim_v < INT_MIN ? -1 : static_cast<int>(head_dim_v);
+  p.q = static_cast<const uint16_t*>(q.data());
+  p.q_batch_stride = q.stride(0);
+  p.q_token_stride = q.stride(1);
+  p.q_head_stride = q.stride(2);
 
-  InArray k = import_array<InArray>(k_obj, fn, "k_cache");
-  check_fp8_cache(fn, "k_cache", k, static_cast<int>(d_qk), require_cuda, &device);
+  in.k = import_array<InArray>(k_obj, fn, "k_cache");
+  p.cache = import_fp8_cache(fn, "k_cache", in.k, p.layout, require_cuda, &in.device);
+  in.indices = import_index_list(fn, "indices", idx_obj, p.batch, p.s_q, "[batch, s_q, topk]", require_cuda,
+                                 &in.device);
+  p.indices = static_cast<const int32_t*>(in.indices.data());
+  p.topk = to_int(fn, "indices", in.indices.shape(2), "topk");
+  p.indices_batch_stride = in.indices.stride(0);
+  p.indices_token_stride = in.indices.stride(1);
+  p.topk_length = static_cast<const int32_t*>(import_optional_vector(
+      fn, "topk_length", topk_len_obj, dt(kCodeInt, 32), "int32", p.batch, "[batch]", require_cuda, &in.device));
+  p.attn_sink = static_cast<const float*>(import_optional_vector(
+      fn, "attn_sink", sink_obj, dt(kCodeFloat, 32), "float32", p.h_q, "[h_q]", require_cuda, &in.device));
 
-  InArray idx = check_index_list(fn, "indices", idx_obj, b, s_q, "[batch, s_q, topk]", require_cuda, &device);
-  if (idx.shape(2) < 1) raise_value(fn, "indices", "has topk 0, expected >= 1");
-
-  check_optional_vector(fn, "topk_length", topk_len_obj, dt(kCodeInt, 32), "int32", b, "[batch]", require_cuda, &device);
-  check_optional_vector(fn, "attn_sink", sink_obj, dt(kCodeFloat, 32), "float32", h_q, "[h_q]", require_cuda, &device);
-  const bool have_extra = present(extra_k_obj);
-  if (have_extra) {
-    if (!present(extra_idx_obj))
-      raise_value(fn, "extra_indices_in_kvcache", "is None, but extra_k_cache is given (both or neither)");
-    InArray ek = import_array<InArray>(extra_k_obj, fn, "extra_k_cache");
-    check_fp8_cache(fn, "extra_k_cache", ek, static_cast<int>(d_qk), require_cuda, &device);
-    check_index_list(fn, "extra_indices_in_kvcache", extra_idx_obj, b, s_q, "[batch, s_q, extra_topk]",
-                     require_cuda, &device);
-    check_optional_vector(fn, "extra_topk_length", extra_len_obj, dt(kCodeInt, 32), "int32", b, "[batch]", require_cuda, &device);
-  } else {
-    if (present(extra_idx_obj))
-      raise_value(fn, "extra_indices_in_kvcache", "is given, but extra_k_cache is None (both or neither)");
-    if (present(extra_len_obj))
-      raise_value(fn, "extra_topk_length", "is given, but extra_k_cache is None");
+  if (present(extra_k_obj)) {
+    in.extra_k = import_array<InArray>(extra_k_obj, fn, "extra_k_cache");
+    p.extra_cache = import_fp8_cache(fn, "extra_k_cache", in.extra_k, p.layout, require_cuda, &in.device);
   }
+  if (present(extra_idx_obj)) {
+    in.extra_indices = import_index_list(fn, "extra_indices_in_kvcache", extra_idx_obj, p.batch, p.s_q,
+                                         "[batch, s_q, extra_topk]", require_cuda, &in.device);
+    p.extra_indices = static_cast<const int32_t*>(in.extra_indices.data());
+    p.extra_topk = to_int(fn, "extra_indices_in_kvcache", in.extra_indices.shape(2), "extra_topk");
+    p.extra_indices_batch_stride = in.extra_indices.stride(0);
+    p.extra_indices_token_stride = in.extra_indices.stride(1);
+  }
+  p.extra_topk_length = static_cast<const int32_t*>(
+      import_optional_vector(fn, "extra_topk_length", extra_len_obj, dt(kCodeInt, 32), "int32", p.batch,
+                             "[batch]", require_cuda, &in.device));
+  return in;
 }
+
+// Dense [batch, s_q, h_q, 512] / [batch, h_q, s_q] outputs at a fake aligned address, for the checks
+// that run before the outputs exist (validate never dereferences them).
+void set_placeholder_outputs(hmla::SparseDecodeParams& p) {
+  p.out = reinterpret_cast<uint16_t*>(uintptr_t{256});
+  p.out_head_stride = kDV;
+  p.out_token_stride = int64_t{p.h_q} * kDV;
+  p.out_batch_stride = int64_t{p.s_q} * p.h_q * kDV;
+  p.lse = reinterpret_cast<float*>(uintptr_t{256});
+  p.lse_head_stride = p.s_q;
+  p.lse_batch_stride = int64_t{p.h_q} * p.s_q;
+}
+
+// Every check of a sparse flash_mla_with_kvcache call (FlashMLA's and hmla::validate's) without
+// launching anything. With require_cuda = false host arrays pass the device check.
+nb::dict check_sparse_decode_args(nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj, nb::handle topk_len_obj,
+                                  nb::handle sink_obj, nb::handle extra_k_obj, nb::handle extra_idx_obj,
+                                  nb::handle extra_len_obj, int64_t head_dim_v, double softmax_scale,
+                                  bool require_cuda) {
+  const char* fn = "flash_mla_with_kvcache";
+  SparseInputs in = import_sparse(fn, q_obj, k_obj, idx_obj, topk_len_obj, sink_obj, extra_k_obj, extra_idx_obj,
+                                  extra_len_obj, head_dim_v, require_cuda);
+  in.p.softmax_scale = static_cast<float>(softmax_scale);
+  set_placeholder_outputs(in.p);
+  translate_sparse(fn, [&] { hmla::validate(in.p); });
+  const hmla::SparseDecodeParams& p = in.p;
+  nb::dict d;
+  d["batch"] = p.batch;
+  d["s_q"] = p.s_q;
+  d["h_q"] = p.h_q;
+  d["head_dim"] = p.d_qk;
+  d["layout"] = p.layout == hmla::SparseCacheLayout::kV32 ? "v32" : "model1";
+  d["topk"] = p.topk;
+  d["page_block_size"] = p.cache.page_size;
+  d["num_blocks"] = p.cache.num_blocks;
+  d["block_stride_bytes"] = p.cache.block_stride_bytes;
+  const bool extra = p.extra_cache.data != nullptr;
+  d["extra_topk"] = int_or_none(extra, p.extra_topk);
+  d["extra_page_block_size"] = int_or_none(extra, p.extra_cache.page_size);
+  d["device"] = in.device;
+  return d;
+}
+
+size_t sparse_workspace_bytes(int batch, int s_q, int h_q, int device, const char* fn) {
+  DeviceGuard guard(device);
+  return translate_sparse(fn, [&] { return hmla::sparse_decode_workspace_bytes(batch, s_q, h_q); });
+}
+
+SparsePlanKey sparse_plan_key(const hmla::SparseDecodeParams& p) {
+  SparsePlanKey key;
+  key.topk = p.topk;
+  key.extra = p.extra_cache.data != nullptr;
+  key.extra_topk = key.extra ? p.extra_topk : 0;
+  key.topk_length = p.topk_length != nullptr;
+  key.extra_topk_length = p.extra_topk_length != nullptr;
+  return key;
+}
+
+std::string describe_sparse_plan(int batch, int s_q, int h_q, const SparsePlanKey& k) {
+  return "batch " + std::to_string(batch) + ", s_q " + std::to_string(s_q) + ", h_q " + std::to_string(h_q) +
+         ", topk " + std::to_string(k.topk) + (k.topk_length ? " with topk_length" : " without topk_length") +
+         (k.extra ? ", extra_topk " + std::to_string(k.extra_topk) +
+                        (k.extra_topk_length ? " with extra_topk_length" : " without extra_topk_length")
+                  : ", no extra cache");
+}
+
+// The plan reads only whether an extra cache is present, never its memory: this stands for it.
+const uint8_t* const kExtraCachePresent = reinterpret_cast<const uint8_t*>(uintptr_t{256});
+
+Schedule sparse_plan(int batch, int s_q, int h_q, int topk, nb::handle topk_len_obj, bool extra, int extra_topk,
+                     nb::handle extra_len_obj, nb::handle workspace_obj, uintptr_t stream, const char* fn) {
+  OutArray ws = import_array<OutArray>(workspace_obj, fn, "workspace");
+  int device = -1;
+  check_device(fn, "workspace", ws, true, &device);
+  check_ndim(fn, "workspace", ws, 1, "[bytes]");
+  check_contiguous_1d(fn, "workspace", ws);
+  hmla::SparseDecodeParams p;
+  p.batch = batch;
+  p.s_q = s_q;
+  p.h_q = h_q;
+  p.topk = topk;
+  p.topk_length = static_cast<const int32_t*>(import_optional_vector(
+      fn, "topk_length", topk_len_obj, dt(kCodeInt, 32), "int32", batch, "[batch]", true, &device));
+  if (extra) {
+    p.extra_cache.data = kExtraCachePresent;
+    p.extra_topk = extra_topk;
+  }
+  p.extra_topk_length = static_cast<const int32_t*>(import_optional_vector(
+      fn, "extra_topk_length", extra_len_obj, dt(kCodeInt, 32), "int32", batch, "[batch]", true, &device));
+  DeviceGuard guard(device);
+  Schedule out;
+  out.device = device;
+  out.sparse = true;
+  out.sparse_key = sparse_plan_key(p);
+  out.s = translate_sparse(fn, [&] {
+    return hmla::sparse_decode_plan(p, ws.data(), ws.nbytes(), reinterpret_cast<cudaStream_t>(stream));
+  });
+  return out;
+}
+
+void sparse_run(nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj, nb::handle topk_len_obj, nb::handle sink_obj,
+                nb::handle extra_k_obj, nb::handle extra_idx_obj, nb::handle extra_len_obj, nb::handle out_obj,
+                nb::handle lse_obj, const Schedule& sched, double softmax_scale, uintptr_t stream) {
+  const char* fn = "flash_mla_with_kvcache";
+  SparseInputs in = import_sparse(fn, q_obj, k_obj, idx_obj, topk_len_obj, sink_obj, extra_k_obj, extra_idx_obj,
+                                  extra_len_obj, kDV, true);
+  hmla::SparseDecodeParams& p = in.p;
+  OutArray out = import_array<OutArray>(out_obj, fn, "out");
+  OutArray lse = import_array<OutArray>(lse_obj, fn, "lse");
+  check_dtype(fn, "out", out, {dt(kCodeBfloat, 16)}, "bfloat16");
+  check_dtype(fn, "lse", lse, {dt(kCodeFloat, 32)}, "float32");
+  check_device(fn, "out", out, true, &in.device);
+  check_device(fn, "lse", lse, true, &in.device);
+  check_shape(fn, "out", out, {p.batch, p.s_q, p.h_q, kDV}, "[batch, s_q, h_q, head_dim_v]");
+  check_shape(fn, "lse", lse, {p.batch, p.h_q, p.s_q}, "[batch, h_q, s_q]");
+  check_last_dim_contiguous(fn, "out", out);
+  check_last_dim_contiguous(fn, "lse", lse);
+
+  if (!sched.sparse)
+    raise_value(fn, "tile_scheduler_metadata", "holds a dense decode schedule, but this call is sparse (indices given)");
+  if (sched.device != in.device)
+    raise_value(fn, "tile_scheduler_metadata", "was planned on device " + std::to_string(sched.device) +
+                                                   ", but q is on device " + std::to_string(in.device));
+  const SparsePlanKey key = sparse_plan_key(p);
+  const SparsePlanKey& planned = sched.sparse_key;
+  if (sched.s.batch != p.batch || sched.s.s_q != p.s_q || sched.s.h_q != p.h_q || planned.topk != key.topk ||
+      planned.extra != key.extra || planned.extra_topk != key.extra_topk ||
+      planned.topk_length != key.topk_length || planned.extra_topk_length != key.extra_topk_length)
+    raise_value(fn, "tile_scheduler_metadata",
+                "was planned for " + describe_sparse_plan(sched.s.batch, sched.s.s_q, sched.s.h_q, planned) +
+                    ", but this call has " + describe_sparse_plan(p.batch, p.s_q, p.h_q, key));
+
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.out = static_cast<uint16_t*>(out.data());
+  p.out_batch_stride = out.stride(0);
+  p.out_token_stride = out.stride(1);
+  p.out_head_stride = out.stride(2);
+  p.lse = static_cast<float*>(lse.data());
+  p.lse_batch_stride = lse.stride(0);
+  p.lse_head_stride = lse.stride(1);
+
+  DeviceGuard guard(in.device);
+  translate_sparse(fn, [&] { hmla::sparse_decode_run(p, sched.s, reinterpret_cast<cudaStream_t>(stream)); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sparse prefill: argument checks only (hmla has no sparse prefill kernel yet).
 
 void check_sparse_prefill_args(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj, int64_t d_v,
                                nb::handle sink_obj, nb::handle topk_len_obj, int64_t indexer_topk,
@@ -584,8 +809,8 @@ void check_sparse_prefill_args(nb::handle q_obj, nb::handle kv_obj, nb::handle i
   if (h_q < 1) raise_value(fn, "q", "has h_q 0, expected >= 1");
   check_shape(fn, "kv", kv, {-1, 1, d_qk}, "[s_kv, h_kv = 1, head_dim of q]");
   check_shape(fn, "indices", idx, {s_q, 1, -1}, "[s_q, h_kv = 1, topk]");
-  check_optional_vector(fn, "attn_sink", sink_obj, dt(kCodeFloat, 32), "float32", h_q, "[h_q]", require_cuda, &device);
-  check_optional_vector(fn, "topk_length", topk_len_obj, dt(kCodeInt, 32), "int32", s_q, "[s_q]", require_cuda, &device);
+  import_optional_vector(fn, "attn_sink", sink_obj, dt(kCodeFloat, 32), "float32", h_q, "[h_q]", require_cuda, &device);
+  import_optional_vector(fn, "topk_length", topk_len_obj, dt(kCodeInt, 32), "int32", s_q, "[s_q]", require_cuda, &device);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -664,8 +889,8 @@ NB_MODULE(_C, m) {
   m.doc() = "hmla C++ extension (nanobind, DLPack). Use the `hmla` package, not this module.";
 
   nb::class_<Schedule>(m, "Schedule",
-                       "The result of hmla's dense decode plan: the split of the batch over the SMs, "
-                       "kept in the metadata object's workspace.")
+                       "The result of hmla's decode plan (dense or sparse): the split of the batch over "
+                       "the SMs, kept in the metadata object's workspace.")
       .def_prop_ro("batch", [](const Schedule& s) { return s.s.batch; })
       .def_prop_ro("s_q", [](const Schedule& s) { return s.s.s_q; })
       .def_prop_ro("h_q", [](const Schedule& s) { return s.s.h_q; })
@@ -675,7 +900,15 @@ NB_MODULE(_C, m) {
       .def_prop_ro("workspace_ptr", [](const Schedule& s) { return reinterpret_cast<uintptr_t>(s.s.workspace); })
       .def_prop_ro("workspace_bytes", [](const Schedule& s) { return s.s.workspace_bytes; })
       .def_prop_ro("device", [](const Schedule& s) { return s.device; })
+      .def_prop_ro("sparse", [](const Schedule& s) { return s.sparse; })
+      .def_prop_ro("topk", [](const Schedule& s) { return int_or_none(s.sparse, s.sparse_key.topk); })
+      .def_prop_ro("extra_topk", [](const Schedule& s) {
+        return int_or_none(s.sparse && s.sparse_key.extra, s.sparse_key.extra_topk);
+      })
       .def("__repr__", [](const Schedule& s) {
+        if (s.sparse)
+          return "hmla.Schedule(sparse, " + describe_sparse_plan(s.s.batch, s.s.s_q, s.s.h_q, s.sparse_key) +
+                 ", num_sm_parts=" + std::to_string(s.s.num_sm_parts) + ", device=" + std::to_string(s.device) + ")";
         return "hmla.Schedule(batch=" + std::to_string(s.s.batch) + ", s_q=" + std::to_string(s.s.s_q) +
                ", h_q=" + std::to_string(s.s.h_q) + ", h_kv=" + std::to_string(s.s.h_kv) +
                ", num_sm_parts=" + std::to_string(s.s.num_sm_parts) + ", device=" + std::to_string(s.device) + ")";
@@ -693,7 +926,17 @@ NB_MODULE(_C, m) {
   m.def("check_sparse_decode_args", &check_sparse_decode_args, nb::arg("q"), nb::arg("k_cache"),
         nb::arg("indices"), nb::arg("topk_length").none(), nb::arg("attn_sink").none(),
         nb::arg("extra_k_cache").none(), nb::arg("extra_indices_in_kvcache").none(),
-        nb::arg("extra_topk_length").none(), nb::arg("head_dim_v"), nb::arg("require_cuda"));
+        nb::arg("extra_topk_length").none(), nb::arg("head_dim_v"), nb::arg("softmax_scale"),
+        nb::arg("require_cuda"));
+  m.def("sparse_decode_workspace_bytes", &sparse_workspace_bytes, nb::arg("batch"), nb::arg("s_q"), nb::arg("h_q"),
+        nb::arg("device"), nb::arg("fn"));
+  m.def("sparse_decode_plan", &sparse_plan, nb::arg("batch"), nb::arg("s_q"), nb::arg("h_q"), nb::arg("topk"),
+        nb::arg("topk_length").none(), nb::arg("extra"), nb::arg("extra_topk"), nb::arg("extra_topk_length").none(),
+        nb::arg("workspace"), nb::arg("stream"), nb::arg("fn"));
+  m.def("sparse_decode_run", &sparse_run, nb::arg("q"), nb::arg("k_cache"), nb::arg("indices"),
+        nb::arg("topk_length").none(), nb::arg("attn_sink").none(), nb::arg("extra_k_cache").none(),
+        nb::arg("extra_indices_in_kvcache").none(), nb::arg("extra_topk_length").none(), nb::arg("out"),
+        nb::arg("lse"), nb::arg("schedule"), nb::arg("softmax_scale"), nb::arg("stream"));
   m.def("check_sparse_prefill_args", &check_sparse_prefill_args, nb::arg("q"), nb::arg("kv"), nb::arg("indices"),
         nb::arg("d_v"), nb::arg("attn_sink").none(), nb::arg("topk_length").none(), nb::arg("indexer_topk"),
         nb::arg("require_cuda"));

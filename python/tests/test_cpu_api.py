@@ -223,19 +223,31 @@ def sparse_call(meta=None, head_dim_v=512, **kw):
     return hmla.flash_mla_with_kvcache(a["q"], a["k_cache"], None, None, head_dim_v, meta, indices=a["indices"], **rest)
 
 
-def test_sparse_decode_valid_arguments_raise_not_implemented():
-    msg = "hmla: the sparse decode kernel is not implemented yet (dense decode only)"
-    with pytest.raises(NotImplementedError) as e:
-        sparse_call()
-    assert str(e.value) == msg
+def sparse_check(d_qk=576, **kw):
+    a = sparse_args(d_qk, **{k: v for k, v in kw.items() if k in ("q", "k_cache", "indices")})
+    rest = {k: v for k, v in kw.items() if k not in ("q", "k_cache", "indices")}
+    return hmla.check_sparse_decode_args(a["q"], a["k_cache"], a["indices"], **rest)
+
+
+def test_sparse_decode_valid_arguments_pass_every_check():
     dev = dict(device_type=dl.CUDA)
-    with pytest.raises(NotImplementedError):
-        sparse_call(d_qk=512, topk_length=dl.i32((B,), **dev), attn_sink=dl.f32((H_S,), **dev),
-                    extra_k_cache=dl.u8((4, 32, 1, 584), strides=(19008, 584, 584, 1), **dev), extra_indices_in_kvcache=dl.i32((B, S_Q, 64), **dev),
-                    extra_topk_length=dl.i32((B,), **dev))
-    # FlashMLA's FP8 caches are often float8_e4m3fn views
-    with pytest.raises(NotImplementedError):
-        sparse_call(k_cache=dl.FakeArray((8, 64, 1, 656), dl.FLOAT8_E4M3FN, 8, **dev))
+    s = sparse_check()
+    assert s == {"batch": B, "s_q": S_Q, "h_q": H_S, "head_dim": 576, "layout": "v32", "topk": 128,
+                 "page_block_size": 64, "num_blocks": 8, "block_stride_bytes": 64 * 656, "extra_topk": None,
+                 "extra_page_block_size": None, "device": 0}
+    # FlashMLA's quantiser: V3.2 pages padded by one token, MODEL1 pages padded to a multiple of 576 bytes;
+    # an extra cache with its own page size; every optional input; float8_e4m3fn bytes.
+    s = sparse_check(k_cache=dl.FakeArray((8, 64, 1, 656), dl.FLOAT8_E4M3FN, 8, strides=(65 * 656, 656, 656, 1), **dev))
+    assert s["block_stride_bytes"] == 65 * 656
+    s = sparse_check(d_qk=512, topk_length=dl.i32((B,), **dev), attn_sink=dl.f32((H_S,), **dev),
+                     extra_k_cache=dl.u8((4, 2, 1, 584), strides=(1728, 584, 584, 1), **dev),
+                     extra_indices_in_kvcache=dl.i32((B, S_Q, 64), **dev), extra_topk_length=dl.i32((B,), **dev),
+                     softmax_scale=0.05)
+    assert (s["layout"], s["extra_topk"], s["extra_page_block_size"], s["block_stride_bytes"]) == ("model1", 64, 2, 37440)
+    # host arrays pass with require_cuda=False
+    s = sparse_check(q=dl.bf16((B, S_Q, H_S, 576)), k_cache=dl.u8((8, 64, 1, 656)), indices=dl.i32((B, S_Q, 128)),
+                     require_cuda=False)
+    assert s["device"] == 0
 
 
 @pytest.mark.parametrize(
@@ -265,12 +277,70 @@ def test_sparse_decode_valid_arguments_raise_not_implemented():
          "extra_indices_in_kvcache"),
         (dict(extra_topk_length=dl.i32((B,), device_type=dl.CUDA)), ValueError, "extra_topk_length"),
         (dict(topk_length=dl.i32((B,), device_type=dl.CUDA, device_id=3)), ValueError, "topk_length"),
+        (dict(softmax_scale="0.1"), TypeError, "softmax_scale"),
     ],
 )
 def test_sparse_decode_bad_arguments(kw, exc, arg):
     with pytest.raises(exc) as e:
         sparse_call(**kw)
-    assert f"argument '{arg}'" in str(e.value), str(e.value)
+    assert str(e.value).startswith(f"hmla.flash_mla_with_kvcache: argument '{arg}'"), str(e.value)
+
+
+# Checks that live in hmla::validate (C++): the message names the Python argument, then hmla's own
+# message with the field of SparseDecodeParams.
+@pytest.mark.parametrize(
+    "kw, arg, field",
+    [
+        (dict(q=dl.bf16((16385, 2, 1, 576), strides=(0, 0, 0, 1), device_type=dl.CUDA),
+              indices=dl.i32((16385, 2, 16), strides=(0, 0, 1), device_type=dl.CUDA)), "q", "batch"),
+        (dict(q=dl.bf16((B, S_Q, 129, 576), device_type=dl.CUDA)), "q", "h_q"),
+        (dict(q=dl.bf16((B, S_Q, H_S, 576), strides=(S_Q * H_S * 584, H_S * 584, 580, 1), device_type=dl.CUDA)),
+         "q", "q_head_stride"),
+        (dict(q=dl.bf16((B, S_Q, H_S, 576), strides=(S_Q * H_S * 576, H_S * 576, 0, 1), device_type=dl.CUDA)),
+         "q", "q_head_stride"),
+        (dict(head_dim_v=576), "head_dim_v", "d_v"),
+        (dict(k_cache=dl.u8((0, 64, 1, 656), device_type=dl.CUDA)), "k_cache", "cache.num_blocks"),
+        (dict(k_cache=dl.u8((8, 64, 1, 656), strides=(64 * 656 + 8, 656, 656, 1), device_type=dl.CUDA)),
+         "k_cache", "cache.block_stride_bytes"),
+        (dict(d_qk=512, k_cache=dl.u8((8, 64, 1, 584), device_type=dl.CUDA)), "k_cache", "cache.block_stride_bytes"),
+        (dict(indices=dl.i32((B, S_Q, 0), device_type=dl.CUDA)), "indices", "topk"),
+        (dict(indices=dl.i32((B, S_Q, 128), strides=(0, 128, 1), device_type=dl.CUDA)), "indices",
+         "indices_batch_stride"),
+        (dict(extra_k_cache=dl.u8((4, 32, 1, 656), strides=(31 * 656, 656, 656, 1), device_type=dl.CUDA),
+              extra_indices_in_kvcache=dl.i32((B, S_Q, 8), device_type=dl.CUDA)), "extra_k_cache",
+         "extra_cache.block_stride_bytes"),
+        (dict(extra_k_cache=dl.u8((4, 32, 1, 656), device_type=dl.CUDA)), "extra_indices_in_kvcache",
+         "extra_indices"),
+        (dict(extra_k_cache=dl.u8((4, 32, 1, 656), device_type=dl.CUDA),
+              extra_indices_in_kvcache=dl.i32((B, S_Q, 0), device_type=dl.CUDA)), "extra_indices_in_kvcache",
+         "extra_topk"),
+        (dict(extra_indices_in_kvcache=dl.i32((B, S_Q, 8), device_type=dl.CUDA)), "extra_indices_in_kvcache",
+         "extra_indices"),
+        (dict(extra_topk_length=dl.i32((B,), device_type=dl.CUDA)), "extra_topk_length", "extra_topk_length"),
+        (dict(softmax_scale=-0.5), "softmax_scale", "softmax_scale"),
+        (dict(softmax_scale=float("nan")), "softmax_scale", "softmax_scale"),
+        (dict(softmax_scale=float("inf")), "softmax_scale", "softmax_scale"),
+    ],
+)
+def test_sparse_decode_checks_of_hmla_validate(kw, arg, field):
+    meta = hmla.get_mla_metadata()[0]
+    with pytest.raises(ValueError) as e:
+        sparse_call(meta, **kw)
+    msg = str(e.value)
+    assert msg.startswith(f"hmla.flash_mla_with_kvcache: argument '{arg}': hmla::sparse_decode: argument '{field}' is "), msg
+    assert ", expected " in msg, msg
+    assert meta.have_initialized is False and meta.workspace is None  # nothing recorded, nothing allocated
+
+
+def test_sparse_decode_message_of_a_too_small_page_stride():
+    with pytest.raises(ValueError) as e:
+        sparse_call(d_qk=512, k_cache=dl.u8((8, 64, 1, 584), device_type=dl.CUDA))
+    assert "argument 'cache.block_stride_bytes' is 37376, expected a multiple of 16 bytes, >= 37440" in str(e.value)
+
+
+def test_sparse_decode_extra_lists_without_extra_cache_say_so():
+    with pytest.raises(ValueError, match="given without extra_cache.data"):
+        sparse_call(extra_indices_in_kvcache=dl.i32((B, S_Q, 8), device_type=dl.CUDA))
 
 
 def test_fp8_without_indices_is_rejected():
@@ -292,7 +362,7 @@ def prefill(**kw):
 def test_sparse_prefill_valid_arguments_raise_not_implemented():
     with pytest.raises(NotImplementedError) as e:
         prefill()
-    assert str(e.value) == "hmla: the sparse prefill kernel is not implemented yet (dense decode only)"
+    assert str(e.value) == "hmla: the sparse prefill kernel is not implemented yet (decode only)"
     dev = dict(device_type=dl.CUDA)
     with pytest.raises(NotImplementedError):
         prefill(q=dl.bf16((32, 128, 512), **dev), kv=dl.bf16((100, 1, 512), **dev),

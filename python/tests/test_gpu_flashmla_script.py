@@ -1,4 +1,5 @@
-"""A script written for FlashMLA runs unchanged with ``import hmla as flash_mla``."""
+"""Scripts written for FlashMLA (dense decode; sparse decode over FP8 caches) run unchanged with
+``import hmla as flash_mla``."""
 
 import os
 import subprocess
@@ -17,8 +18,9 @@ RUNNER = (
 )
 
 
-def test_flashmla_script_runs_unchanged(torch_cuda):
-    script = os.path.join(HERE, "flashmla_style_script.py")
+@pytest.mark.parametrize("name", ["flashmla_style_script.py", "flashmla_style_sparse_script.py"])
+def test_flashmla_script_runs_unchanged(torch_cuda, name):
+    script = os.path.join(HERE, name)
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)  # the installed hmla, as a user has it
     r = subprocess.run([sys.executable, "-c", RUNNER, script], capture_output=True, text=True, env=env,

@@ -130,11 +130,6 @@ def test_errors_on_cuda_tensors(torch_cuda):
     q2, k2, bt2, sl2 = make_case(torch, 3, 1, 16, 1, [10, 20, 30], poison=False)
     with pytest.raises(ValueError, match="set up for b = 2"):
         hmla.flash_mla_with_kvcache(q2, k2, bt2, sl2, 512, meta)
-    with pytest.raises(NotImplementedError, match="sparse decode kernel is not implemented"):
-        kv = torch.zeros(4, 64, 1, 656, dtype=torch.float8_e4m3fn, device="cuda")
-        idx = torch.zeros(2, 1, 64, dtype=torch.int32, device="cuda")
-        hmla.flash_mla_with_kvcache(q, kv, None, None, 512, hmla.get_mla_metadata()[0], is_fp8_kvcache=True,
-                                    indices=idx)
     with pytest.raises(NotImplementedError, match="sparse prefill kernel is not implemented"):
         hmla.flash_mla_sparse_fwd(torch.zeros(8, 64, 576, dtype=torch.bfloat16, device="cuda"),
                                   torch.zeros(32, 1, 576, dtype=torch.bfloat16, device="cuda"),

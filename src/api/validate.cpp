@@ -1,4 +1,5 @@
-// Argument checks of the dense decode entry points (host only; nothing here touches device memory).
+// Argument checks of the decode entry points, dense and token-sparse (host only; nothing here touches
+// device memory).
 //
 // Every check throws hmla::InvalidArgument(where, argument, got, expected) with the struct field (or
 // function parameter) name as `argument`. The checks are exactly what the kernels need to stay in
@@ -14,6 +15,8 @@
 #include <string>
 
 #include "hmla/dense_decode.h"
+#include "hmla/reference.h"
+#include "hmla/sparse_decode.h"
 #include "hmla/types.h"
 #include "scheduler/decode_schedule.h"
 
@@ -27,11 +30,17 @@ using detail::kDenseDV;
 using detail::kMaxHeadsQ;
 using detail::kMaxPlanRequests;
 using detail::kMaxSeqQ;
+using detail::kMaxSparseRequests;
+static_assert(kMaxSparseRequests == kMaxPlanRequests, "one sparse request per query token is one plan request");
+using detail::kSparseDecodePlanWhere;
+using detail::kSparseDecodeWhere;
+using detail::kSparseDV;
 
 constexpr int64_t kHalfBytes = 2;           // bf16 and fp16
 constexpr int64_t kVectorBytes = 16;        // 16-byte vector loads/stores and TMA granularity
 constexpr int64_t kTmaMaxStrideBytes = int64_t{1} << 40;  // cuTensorMapEncode: stride < 2^40 bytes
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 [[noreturn]] void fail(const char* where, const std::string& argument, const std::string& got,
                        const std::string& expected) {
@@ -80,6 +89,11 @@ void check_pointer(const char* where, const char* name, const void* p, uintptr_t
   }
 }
 
+// An optional input: null means absent; given, it must be aligned like a required one.
+void check_optional_pointer(const char* where, const char* name, const void* p, uintptr_t alignment) {
+  if (p != nullptr) check_pointer(where, name, p, alignment);
+}
+
 // A stride of a bf16/fp16 tensor read or written with 16-byte vectors (or TMA).
 void check_vector_stride(const char* where, const char* name, int64_t stride) {
   const int64_t multiple = kVectorBytes / kHalfBytes;
@@ -113,9 +127,94 @@ void check_no_overlap(const char* where, const char* tensor, Dim* dims, int coun
   }
 }
 
+// A [batch, s_q, h_q, row_elems] bf16/fp16 tensor (q, out) accessed with 16-byte vectors; the stride
+// fields are named <tensor>_batch_stride, <tensor>_token_stride, <tensor>_head_stride.
+void check_token_head_tensor(const char* where, const char* tensor, const void* data, int batch,
+                             int s_q, int h_q, int64_t batch_stride, int64_t token_stride,
+                             int64_t head_stride, int64_t row_elems) {
+  const std::string batch_name = std::string(tensor) + "_batch_stride";
+  const std::string token_name = std::string(tensor) + "_token_stride";
+  const std::string head_name = std::string(tensor) + "_head_stride";
+  check_pointer(where, tensor, data, kVectorBytes);
+  check_vector_stride(where, batch_name.c_str(), batch_stride);
+  check_vector_stride(where, token_name.c_str(), token_stride);
+  check_vector_stride(where, head_name.c_str(), head_stride);
+  Dim dims[] = {{head_name.c_str(), h_q, head_stride},
+                {token_name.c_str(), s_q, token_stride},
+                {batch_name.c_str(), batch, batch_stride}};
+  check_no_overlap(where, tensor, dims, 3, row_elems);
+}
+
+// lse [batch, h_q, s_q] float32, s_q contiguous.
+void check_lse(const char* where, const float* lse, int batch, int s_q, int h_q, int64_t batch_stride,
+               int64_t head_stride) {
+  check_pointer(where, "lse", lse, alignof(float));
+  check_at_least(where, "lse_batch_stride", batch_stride, 0);
+  check_at_least(where, "lse_head_stride", head_stride, 0);
+  Dim dims[] = {{"lse_head_stride", h_q, head_stride}, {"lse_batch_stride", batch, batch_stride}};
+  check_no_overlap(where, "lse", dims, 2, s_q);
+}
+
+void check_softmax_scale(const char* where, float scale) {
+  if (!std::isfinite(scale) || scale < 0.f) {
+    fail(where, "softmax_scale", float_str(scale), "a finite value >= 0 (0 selects 1/sqrt(d_qk))");
+  }
+}
+
 bool is_supported_page_size(int page_size) {
   return page_size == 16 || page_size == 32 || page_size == 64 || page_size == 128 ||
          page_size == 256;
+}
+
+// ---- token-sparse decode
+
+// One FP8 paged cache. `prefix` is the field's name in SparseDecodeParams ("cache", "extra_cache").
+// Indices are int32 page * page_size + offset, so the cache may hold at most 2^31 - 1 tokens.
+void check_sparse_cache(const char* where, const std::string& prefix, const SparseKVCache& cache,
+                        SparseCacheLayout layout) {
+  const std::string data = prefix + ".data";
+  const std::string num_blocks = prefix + ".num_blocks";
+  const std::string page_size = prefix + ".page_size";
+  const std::string block_stride = prefix + ".block_stride_bytes";
+  check_pointer(where, data.c_str(), cache.data, kVectorBytes);
+  check_at_least(where, num_blocks.c_str(), cache.num_blocks, 1);
+  check_at_least(where, page_size.c_str(), cache.page_size, 1);
+  const int64_t tokens = int64_t{cache.num_blocks} * cache.page_size;
+  if (tokens > kInt32Max) {
+    fail(where, num_blocks, str(cache.num_blocks) + " (num_blocks * page_size = " + str(tokens) + " tokens)",
+         "num_blocks * page_size <= " + str(kInt32Max) + " (indices are int32)");
+  }
+  const int64_t page_bytes = reference::sparse_page_bytes(layout, cache.page_size);
+  if (cache.block_stride_bytes % kVectorBytes != 0 || cache.block_stride_bytes < page_bytes) {
+    fail(where, block_stride, str(cache.block_stride_bytes),
+         "a multiple of " + str(kVectorBytes) + " bytes, >= " + str(page_bytes) +
+             " (the layout's page bytes for page_size " + str(cache.page_size) + ")");
+  }
+}
+
+// A [batch, s_q, topk] int32 index list (main or extra); the names are the SparseDecodeParams fields.
+void check_index_list(const char* where, const char* name, const int32_t* indices, const char* topk_name,
+                      int topk, const char* batch_stride_name, int64_t batch_stride,
+                      const char* token_stride_name, int64_t token_stride, int batch, int s_q) {
+  check_pointer(where, name, indices, alignof(int32_t));
+  check_at_least(where, topk_name, topk, 1);
+  check_at_least(where, batch_stride_name, batch_stride, 0);
+  check_at_least(where, token_stride_name, token_stride, 0);
+  Dim dims[] = {{token_stride_name, s_q, token_stride}, {batch_stride_name, batch, batch_stride}};
+  check_no_overlap(where, name, dims, 2, topk);
+}
+
+// Without an extra cache its lists must be absent too: a list given alone is a caller bug, and the
+// kernels would silently ignore it.
+void check_no_extra_lists(const char* where, const SparseDecodeParams& p) {
+  if (p.extra_indices != nullptr) {
+    fail(where, "extra_indices", pointer_str(p.extra_indices),
+         "null (extra_indices given without extra_cache.data)");
+  }
+  if (p.extra_topk_length != nullptr) {
+    fail(where, "extra_topk_length", pointer_str(p.extra_topk_length),
+         "null (extra_topk_length given without extra_cache.data)");
+  }
 }
 
 }  // namespace
@@ -146,6 +245,38 @@ void validate_plan_args(const int32_t* cache_seqlens, int batch, int s_q, int h_
   }
 }
 
+void validate_sparse_plan_shape(const char* where, int batch, int s_q, int h_q) {
+  check_at_least(where, "batch", batch, 1);
+  check_at_least(where, "s_q", s_q, 1);
+  const int64_t requests = int64_t{batch} * s_q;
+  if (requests > kMaxSparseRequests) {
+    fail(where, "batch", str(batch) + " (batch * s_q = " + str(requests) + " with s_q " + str(s_q) + ")",
+         "batch * s_q <= " + str(kMaxSparseRequests));
+  }
+  check_in_range(where, "h_q", h_q, 1, kMaxHeadsQ);
+}
+
+void validate_sparse_plan_args(const SparseDecodeParams& p, const void* workspace,
+                               size_t workspace_bytes, size_t required_bytes) {
+  const char* where = kSparseDecodePlanWhere;
+  validate_sparse_plan_shape(where, p.batch, p.s_q, p.h_q);
+  check_at_least(where, "topk", p.topk, 1);
+  check_optional_pointer(where, "topk_length", p.topk_length, alignof(int32_t));
+  if (p.extra_cache.data != nullptr) {
+    check_at_least(where, "extra_topk", p.extra_topk, 1);
+    check_optional_pointer(where, "extra_topk_length", p.extra_topk_length, alignof(int32_t));
+  } else {
+    check_no_extra_lists(where, p);
+  }
+  check_pointer(where, "workspace", workspace, kVectorBytes);
+  if (workspace_bytes < required_bytes) {
+    fail(where, "workspace_bytes", std::to_string(workspace_bytes),
+         ">= " + std::to_string(required_bytes) +
+             " bytes (sparse_decode_workspace_bytes for batch " + str(p.batch) + ", s_q " + str(p.s_q) +
+             ", h_q " + str(p.h_q) + ")");
+  }
+}
+
 }  // namespace detail
 
 void validate(const DenseDecodeParams& p) {
@@ -161,16 +292,8 @@ void validate(const DenseDecodeParams& p) {
   if (p.d_v != kDenseDV) fail(where, "d_v", str(p.d_v), str(kDenseDV));
 
   // ---- q [batch, s_q, h_q, d_qk]
-  check_pointer(where, "q", p.q, kVectorBytes);
-  check_vector_stride(where, "q_batch_stride", p.q_batch_stride);
-  check_vector_stride(where, "q_token_stride", p.q_token_stride);
-  check_vector_stride(where, "q_head_stride", p.q_head_stride);
-  {
-    Dim dims[] = {{"q_head_stride", p.h_q, p.q_head_stride},
-                  {"q_token_stride", p.s_q, p.q_token_stride},
-                  {"q_batch_stride", p.batch, p.q_batch_stride}};
-    check_no_overlap(where, "q", dims, 3, p.d_qk);
-  }
+  check_token_head_tensor(where, "q", p.q, p.batch, p.s_q, p.h_q, p.q_batch_stride, p.q_token_stride,
+                          p.q_head_stride, p.d_qk);
 
   // ---- k_cache [num_blocks, page_size, h_kv, d_qk], read through TMA
   check_pointer(where, "k_cache", p.k_cache, kVectorBytes);
@@ -205,32 +328,64 @@ void validate(const DenseDecodeParams& p) {
   check_pointer(where, "cache_seqlens", p.cache_seqlens, alignof(int32_t));
 
   // ---- softmax_scale (0: 1/sqrt(d_qk))
-  if (!std::isfinite(p.softmax_scale) || p.softmax_scale < 0.f) {
-    fail(where, "softmax_scale", float_str(p.softmax_scale),
-         "a finite value >= 0 (0 selects 1/sqrt(d_qk))");
-  }
+  check_softmax_scale(where, p.softmax_scale);
 
   // ---- out [batch, s_q, h_q, d_v], dtype of q, written with 16-byte vectors
-  check_pointer(where, "out", p.out, kVectorBytes);
-  check_vector_stride(where, "out_batch_stride", p.out_batch_stride);
-  check_vector_stride(where, "out_token_stride", p.out_token_stride);
-  check_vector_stride(where, "out_head_stride", p.out_head_stride);
-  {
-    Dim dims[] = {{"out_head_stride", p.h_q, p.out_head_stride},
-                  {"out_token_stride", p.s_q, p.out_token_stride},
-                  {"out_batch_stride", p.batch, p.out_batch_stride}};
-    check_no_overlap(where, "out", dims, 3, p.d_v);
-  }
+  check_token_head_tensor(where, "out", p.out, p.batch, p.s_q, p.h_q, p.out_batch_stride,
+                          p.out_token_stride, p.out_head_stride, p.d_v);
 
   // ---- lse [batch, h_q, s_q] float32, s_q contiguous
-  check_pointer(where, "lse", p.lse, alignof(float));
-  check_at_least(where, "lse_batch_stride", p.lse_batch_stride, 0);
-  check_at_least(where, "lse_head_stride", p.lse_head_stride, 0);
-  {
-    Dim dims[] = {{"lse_head_stride", p.h_q, p.lse_head_stride},
-                  {"lse_batch_stride", p.batch, p.lse_batch_stride}};
-    check_no_overlap(where, "lse", dims, 2, p.s_q);
+  check_lse(where, p.lse, p.batch, p.s_q, p.h_q, p.lse_batch_stride, p.lse_head_stride);
+}
+
+void validate(const SparseDecodeParams& p) {
+  const char* where = kSparseDecodeWhere;
+
+  // ---- layout and shape
+  if (p.layout != SparseCacheLayout::kV32 && p.layout != SparseCacheLayout::kModel1) {
+    fail(where, "layout", "SparseCacheLayout(" + str(static_cast<int32_t>(p.layout)) + ")",
+         "SparseCacheLayout::kV32 or SparseCacheLayout::kModel1");
   }
+  const int d_qk = reference::sparse_cache_d_qk(p.layout);
+  if (p.d_qk != d_qk) {
+    fail(where, "d_qk", str(p.d_qk),
+         str(d_qk) + (p.layout == SparseCacheLayout::kV32 ? " (layout kV32)" : " (layout kModel1)"));
+  }
+  if (p.d_v != kSparseDV) fail(where, "d_v", str(p.d_v), str(kSparseDV));
+  detail::validate_sparse_plan_shape(where, p.batch, p.s_q, p.h_q);
+
+  // ---- q [batch, s_q, h_q, d_qk] bf16
+  check_token_head_tensor(where, "q", p.q, p.batch, p.s_q, p.h_q, p.q_batch_stride, p.q_token_stride,
+                          p.q_head_stride, p.d_qk);
+
+  // ---- the main cache and its index lists
+  check_sparse_cache(where, "cache", p.cache, p.layout);
+  check_index_list(where, "indices", p.indices, "topk", p.topk, "indices_batch_stride",
+                   p.indices_batch_stride, "indices_token_stride", p.indices_token_stride, p.batch,
+                   p.s_q);
+  check_optional_pointer(where, "topk_length", p.topk_length, alignof(int32_t));
+
+  // ---- the extra cache (optional)
+  if (p.extra_cache.data != nullptr) {
+    check_sparse_cache(where, "extra_cache", p.extra_cache, p.layout);
+    check_index_list(where, "extra_indices", p.extra_indices, "extra_topk", p.extra_topk,
+                     "extra_indices_batch_stride", p.extra_indices_batch_stride,
+                     "extra_indices_token_stride", p.extra_indices_token_stride, p.batch, p.s_q);
+    check_optional_pointer(where, "extra_topk_length", p.extra_topk_length, alignof(int32_t));
+  } else {
+    check_no_extra_lists(where, p);
+  }
+
+  // ---- attn_sink [h_q] float32 (optional), softmax_scale (0: 1/sqrt(d_qk))
+  check_optional_pointer(where, "attn_sink", p.attn_sink, alignof(float));
+  check_softmax_scale(where, p.softmax_scale);
+
+  // ---- out [batch, s_q, h_q, 512] bf16, written with 16-byte vectors
+  check_token_head_tensor(where, "out", p.out, p.batch, p.s_q, p.h_q, p.out_batch_stride,
+                          p.out_token_stride, p.out_head_stride, p.d_v);
+
+  // ---- lse [batch, h_q, s_q] float32, s_q contiguous
+  check_lse(where, p.lse, p.batch, p.s_q, p.h_q, p.lse_batch_stride, p.lse_head_stride);
 }
 
 }  // namespace hmla

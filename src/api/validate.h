@@ -1,8 +1,10 @@
-// Internal argument checks shared by the dense decode entry points.
+// Internal argument checks shared by the decode entry points (dense and token-sparse).
 //
 // hmla::validate(const DenseDecodeParams&) (public, hmla/dense_decode.h) checks what dense_decode_run
-// receives; validate_plan_args checks what dense_decode_plan receives. Both throw hmla::InvalidArgument
-// on the first problem. The full list of checks is in docs/API.md ("Validation"); keep the two in step.
+// receives; validate_plan_args checks what dense_decode_plan receives. hmla::validate(const
+// SparseDecodeParams&) (hmla/sparse_decode.h) and validate_sparse_plan_args do the same for sparse
+// decode. All throw hmla::InvalidArgument on the first problem. The full list of checks is in
+// docs/API.md ("Validation", "Sparse decode validation"); keep the two in step.
 #pragma once
 
 #include <cstddef>
@@ -32,11 +34,25 @@ void validate_plan_args(const int32_t* cache_seqlens, int batch, int s_q, int h_
 // `where` names the entry point in the message.
 void validate_plan_shape(const char* where, int batch, int s_q, int h_q, int h_kv);
 
-// Sparse decode: the plan's shape checks (batch >= 1, s_q >= 1, batch * s_q requests at most
-// kMaxPlanRequests, h_q in [1, 128]) and its full argument checks (the shape, the lists' lengths and
-// the workspace, whose required size is sparse_decode_workspace_bytes of the same shape).
+// ---- token-sparse decode
+
+inline constexpr const char* kSparseDecodeWhere = "hmla::sparse_decode";
+inline constexpr const char* kSparseDecodePlanWhere = "hmla::sparse_decode_plan";
+
+// Every (batch entry, query token) is one request of the sparse schedule; the planner takes at most
+// this many (kMaxPlanRequests, scheduler/decode_schedule.h).
+inline constexpr int kMaxSparseRequests = 16384;  // batch * s_q
+inline constexpr int kSparseDV = 512;
+
+// The shape checks of sparse decode alone (batch >= 1, s_q >= 1, batch * s_q <= kMaxSparseRequests,
+// reported as argument "batch", h_q in [1, 128]), for code that needs a valid shape before it can
+// compute the workspace size. `where` names the entry point in the message.
 void validate_sparse_plan_shape(const char* where, int batch, int s_q, int h_q);
-void validate_sparse_plan_args(const SparseDecodeParams& params, const void* workspace, size_t workspace_bytes,
-                               size_t required_bytes);
+
+// Checks what sparse_decode_plan reads of params (the shape, topk, topk_length, the extra cache's
+// presence, extra_topk, extra_topk_length), then the workspace. required_bytes is
+// sparse_decode_workspace_bytes for the same shape.
+void validate_sparse_plan_args(const SparseDecodeParams& params, const void* workspace,
+                               size_t workspace_bytes, size_t required_bytes);
 
 }  // namespace hmla::detail

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "../../src/api/validate.h"
+#include "validation_test_util.h"
 #include "hmla/dense_decode.h"
 #include "hmla/types.h"
 
@@ -17,11 +18,8 @@ namespace {
 
 using hmla::DenseDecodeParams;
 using hmla::DType;
-
-template <class T>
-T* Fake(uintptr_t address) {
-  return reinterpret_cast<T*>(address);
-}
+using hmla::test::Fake;
+using hmla::test::ThrowsInvalid;
 
 constexpr int kBatch = 4;
 constexpr int kSQ = 2;
@@ -77,35 +75,6 @@ DenseDecodeParams With(F mutate) {
   DenseDecodeParams p = Valid();
   mutate(p);
   return p;
-}
-
-// Calls f and checks it threw hmla::InvalidArgument from `where` about `argument`, received `got`.
-template <class F>
-::testing::AssertionResult ThrowsInvalid(F f, const std::string& where, const std::string& argument,
-                                         const std::string& got) {
-  try {
-    f();
-  } catch (const hmla::InvalidArgument& e) {
-    const std::string what = e.what();
-    if (e.argument() != argument) {
-      return ::testing::AssertionFailure()
-             << "argument() is '" << e.argument() << "', expected '" << argument << "': " << what;
-    }
-    if (what.rfind(where + ": ", 0) != 0) {
-      return ::testing::AssertionFailure() << "message does not start with '" << where << ": ': " << what;
-    }
-    const std::string needle = "argument '" + argument + "' is " + got;
-    if (what.find(needle) == std::string::npos) {
-      return ::testing::AssertionFailure() << "message lacks \"" << needle << "\": " << what;
-    }
-    if (what.find(", expected ") == std::string::npos) {
-      return ::testing::AssertionFailure() << "message lacks the expected value: " << what;
-    }
-    return ::testing::AssertionSuccess() << what;
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw another exception: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw (argument '" << argument << "')";
 }
 
 ::testing::AssertionResult Rejects(const DenseDecodeParams& p, const std::string& argument,
