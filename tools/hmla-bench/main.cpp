@@ -24,6 +24,8 @@
 #include "json.h"
 #include "sparse_bench.h"
 
+#include "hmla/version.h"
+
 #ifndef HMLA_BENCH_VERSION
 #define HMLA_BENCH_VERSION "unknown"
 #endif
@@ -46,6 +48,7 @@ const char* kUsage =
     "  hmla-bench --sweep default|quick [--only dense|sparse_decode] [--dtype bf16|fp16] [--varlen]\n"
     "                          [common options]\n"
     "  hmla-bench ceilings [common options]\n"
+    "  hmla-bench --version\n"
     "\n"
     "sparse-decode (FP8 paged cache, bf16 q, h_kv 1, d_v 512; set up as compare.py does):\n"
     "  --layout v32|model1  DeepSeek-V3.2 (d_qk 576, 656 B/token) or V4 MODEL1 (d_qk 512, 584 B/token)\n"
@@ -161,6 +164,9 @@ Cli parse_cli(int argc, char** argv) {
     const long long kMaxInt = 0x7fffffffll;
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
+      std::exit(kExitOk);
+    } else if (a == "--version") {
+      std::printf("hmla-bench %s (hmla %s)\n", HMLA_BENCH_VERSION, hmla::version());
       std::exit(kExitOk);
     } else if (a == "--sweep") {
       cli.sweep = value();

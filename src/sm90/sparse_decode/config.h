@@ -77,7 +77,7 @@ struct Config {
   static constexpr int kProducerGroups = kStages;  // group g fills stage g
   static constexpr int kProducerWarpsPerGroup = 2;
   static constexpr int kTokensPerProducerWarp = kBlockN / kProducerWarpsPerGroup;  // one per lane
-  static constexpr int kTokensPerRound = 8;  // tokens whose loads are in flight together
+  static constexpr int kTokensPerRound = 4;  // tokens per round of loads (two rounds in flight)
   static constexpr int kProducerGroupThreads = 32 * kProducerWarpsPerGroup;
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
@@ -87,6 +87,7 @@ struct Config {
   static_assert(kProducerRegs + kScorerRegs + kHelperRegs <= 512, "register file: 64K registers for 384 threads");
   static constexpr int kNopePieces = Format::kNope / 16;  // 16-byte e4m3 pieces per token
   static constexpr int kRopePieces = 8;                    // 16-byte bf16 pieces per token
+  static_assert(kTokensPerRound * kRopePieces % 32 == 0, "whole RoPE pieces per lane");
   static_assert(kNopePieces <= 32, "one NoPE piece per lane");
   static_assert(Format::kNope + 64 == kHeadDim && Format::kNope % kChunkCols == 0, "RoPE is the last chunk");
 

@@ -70,77 +70,95 @@ __device__ __forceinline__ uint4 ldg_nc_u128(const uint8_t* p) {
 // token t's index; every lane then loads one 16-byte NoPE piece of each token (a warp reads a
 // token's NoPE bytes in one coalesced access), and the RoPE pieces are spread 2 per lane.
 // Tokens whose index is invalid are never read: their rows are zero and their bit is clear.
+struct TokenSlots {
+  int64_t data;    // lane t: byte offset of token t's data in the cache (0 if invalid)
+  int64_t scales;  // and of its scales
+  uint32_t valid;  // bit t: token t is a key
+};
+
 template <typename Cfg>
-__device__ __forceinline__ uint32_t gather_tokens(uint32_t tile, int row0, const SparseCacheView& cache,
-                                                  const int32_t* list, int first, int keys, int lane) {
+__device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache, const int32_t* list, int first,
+                                                    int keys, int lane) {
   using Format = typename Cfg::Format;
   const int pos = first + lane;
   const int index = pos < keys ? __ldg(list + pos) : -1;
   const bool valid = index >= 0 && static_cast<int64_t>(index) < cache.num_slots;
-  int64_t data = 0, scales = 0;
+  TokenSlots t{0, 0, __ballot_sync(0xffffffffu, valid)};
   if (valid) {
     const int page = index / cache.page_size;
     const int offset = index - page * cache.page_size;
     const int64_t page_start = static_cast<int64_t>(page) * cache.block_stride_bytes;
-    data = page_start + static_cast<int64_t>(offset) * Format::kTokenStride;
-    scales = page_start + Format::scale_offset(cache.page_size, offset);
+    t.data = page_start + static_cast<int64_t>(offset) * Format::kTokenStride;
+    t.scales = page_start + Format::scale_offset(cache.page_size, offset);
   }
-  const uint32_t mask = __ballot_sync(0xffffffffu, valid);
-  const bool nope_lane = lane < Cfg::kNopePieces;
-  // Lanes that store two groups of the same 128-byte row segment at once would share banks: lanes
-  // whose piece lies in an odd chunk store their high half first, so each store instruction covers
-  // all eight groups of a row segment.
-  const bool odd_chunk = (lane / 4) & 1;
-#pragma unroll 1
-  for (int round = 0; round < Cfg::kTokensPerProducerWarp / Cfg::kTokensPerRound; ++round) {
-    uint4 nope[Cfg::kTokensPerRound];
-    float scale[Cfg::kTokensPerRound];
-    uint4 rope[2];
+  return t;
+}
+
+// The loads of one round of kTokensPerRound tokens, in registers until they are stored.
+template <typename Cfg>
+struct GatherRound {
+  uint4 nope[Cfg::kTokensPerRound];
+  float scale[Cfg::kTokensPerRound];
+  // RoPE: 8 pieces per token, one per lane per group of 4 tokens.
+  static constexpr int kRopePerLane = Cfg::kTokensPerRound * Cfg::kRopePieces / 32;
+  uint4 rope[kRopePerLane];
+
+  __device__ __forceinline__ void load(const SparseCacheView& cache, const TokenSlots& slots, int round, int lane) {
+    using Format = typename Cfg::Format;
 #pragma unroll
     for (int i = 0; i < Cfg::kTokensPerRound; ++i) {
       const int t = round * Cfg::kTokensPerRound + i;
-      const int64_t d = __shfl_sync(0xffffffffu, data, t);
-      const int64_t s = __shfl_sync(0xffffffffu, scales, t);
-      const bool v = (mask >> t) & 1u;
+      const int64_t d = __shfl_sync(0xffffffffu, slots.data, t);
+      const int64_t s = __shfl_sync(0xffffffffu, slots.scales, t);
       nope[i] = make_uint4(0, 0, 0, 0);
       scale[i] = 0.f;
-      if (v && nope_lane) {
+      if (((slots.valid >> t) & 1u) && lane < Cfg::kNopePieces) {
         nope[i] = ldg_nc_u128(cache.data + d + 16 * lane);
         scale[i] = Format::load_scale(cache.data + s, lane);
       }
     }
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < kRopePerLane; ++j) {
       const int t = round * Cfg::kTokensPerRound + lane / 8 + 4 * j;
-      const int64_t d = __shfl_sync(0xffffffffu, data, t);
+      const int64_t d = __shfl_sync(0xffffffffu, slots.data, t);
       rope[j] = make_uint4(0, 0, 0, 0);
-      if ((mask >> t) & 1u) rope[j] = ldg_nc_u128(cache.data + d + Format::kRopeOffset + 16 * (lane % 8));
+      if ((slots.valid >> t) & 1u) rope[j] = ldg_nc_u128(cache.data + d + Format::kRopeOffset + 16 * (lane % 8));
+    }
+  }
+
+  __device__ __forceinline__ void store(uint32_t tile, int row0, int round, int lane) const {
+    using Format = typename Cfg::Format;
+    // Lanes that store two groups of the same 128-byte row segment at once would share banks: lanes
+    // whose piece lies in an odd chunk store their high half first, so each store instruction covers
+    // all eight groups of a row segment.
+    const bool odd_chunk = (lane / 4) & 1;
+    if (lane < Cfg::kNopePieces) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kTokensPerRound; ++i) {
+        const int row = row0 + round * Cfg::kTokensPerRound + i;
+        uint4 lo, hi;
+        dev::dequant16_e4m3_to_bf16(nope[i], scale[i], lo, hi);
+        const int group = 2 * (lane % 4);
+        st_swizzled(tile, lane / 4, row, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo);
+        st_swizzled(tile, lane / 4, row, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi);
+      }
     }
 #pragma unroll
-    for (int i = 0; i < Cfg::kTokensPerRound; ++i) {
-      if (!nope_lane) continue;
-      const int row = row0 + round * Cfg::kTokensPerRound + i;
-      uint4 lo, hi;
-      dev::dequant16_e4m3_to_bf16(nope[i], scale[i], lo, hi);
-      const int group = 2 * (lane % 4);
-      st_swizzled(tile, lane / 4, row, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo);
-      st_swizzled(tile, lane / 4, row, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi);
-    }
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int j = 0; j < kRopePerLane; ++j) {
       const int row = row0 + round * Cfg::kTokensPerRound + lane / 8 + 4 * j;
       st_swizzled(tile, Format::kNope / Cfg::kChunkCols, row, lane % 8, rope[j]);
     }
   }
-  return mask;
-}
+};
 
 template <typename Cfg>
 __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
                               const detail::PartMetadata& meta) {
+  constexpr int kRounds = Cfg::kTokensPerProducerWarp / Cfg::kTokensPerRound;
   const int group = (threadIdx.x / 32) / Cfg::kProducerWarpsPerGroup;  // fills stage `group`
   const int warp_in_group = (threadIdx.x / 32) % Cfg::kProducerWarpsPerGroup;
   const int lane = threadIdx.x % 32;
+  const int row0 = warp_in_group * Cfg::kTokensPerProducerWarp;
   const uint32_t tile = dev::smem_addr(smem.k[group]);
   int g = 0;  // tiles of this CTA so far; this group takes those with g % 2 == group
   for (int r = meta.begin_req; r <= meta.end_req; ++r) {
@@ -148,18 +166,28 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
     if (q.tiles == 0) continue;
     for (int u = q.u0; u < q.u1; ++u, ++g) {
       if (g % Cfg::kStages != group) continue;
-      const uint32_t phase = (g / Cfg::kStages) & 1;
-      dev::mbar_wait(&smem.k_empty[group], phase ^ 1);
       const bool extra = u >= q.main_blocks;
       const SparseCacheView& cache = extra ? p.extra_cache : p.cache;
       const int32_t* list = extra ? p.extra_indices + q.batch * p.extra_indices_batch_stride +
                                         q.token * p.extra_indices_token_stride
                                   : p.indices + q.batch * p.indices_batch_stride + q.token * p.indices_token_stride;
       const int block = extra ? u - q.main_blocks : u;
-      const int row0 = warp_in_group * Cfg::kTokensPerProducerWarp;
-      const uint32_t mask = gather_tokens<Cfg>(tile, row0, cache, list, block * Cfg::kBlockN + row0,
-                                               extra ? q.extra_keys : q.main_keys, lane);
-      if (lane == 0) smem.valid[group][warp_in_group] = mask;
+      // The index loads and the first round's row loads go out before the wait for the stage: they
+      // only fill registers, and they are the tile's two dependent trips to memory.
+      const TokenSlots slots =
+          locate_tokens<Cfg>(cache, list, block * Cfg::kBlockN + row0, extra ? q.extra_keys : q.main_keys, lane);
+      GatherRound<Cfg> current;
+      current.load(cache, slots, 0, lane);
+      dev::mbar_wait(&smem.k_empty[group], ((g / Cfg::kStages) & 1) ^ 1);
+#pragma unroll
+      for (int round = 0; round < kRounds; ++round) {
+        // Round + 1's loads are in flight while round's values are dequantised and stored.
+        GatherRound<Cfg> next;
+        if (round + 1 < kRounds) next.load(cache, slots, round + 1, lane);
+        current.store(tile, row0, round, lane);
+        if (round + 1 < kRounds) current = next;
+      }
+      if (lane == 0) smem.valid[group][warp_in_group] = slots.valid;
       dev::fence_proxy_async_smem();  // the generic stores above are read by wgmma next
       dev::mbar_arrive(&smem.k_full[group]);
     }

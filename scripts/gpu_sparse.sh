@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Sparse decode on the H200 in one device call: the GPU tests (the sparse suite, a dense subset),
+# compute-sanitizer on the sanitizer subset, the bench's sparse rows, the Python GPU suite, and
+# ../shared/anchors/compare/compare.py against FlashMLA (copied into .deps/compare, with
+# .deps/anchors). Logs and JSON go to $OUT.
+#   scripts/gpu_sparse.sh [steps]   steps: comma list of tests,sanitize,bench,python,compare,dense
+#                                   (default: all but dense; dense = compare.py's dense rows too)
+# HMLA_BIN=dir: use hmla_gpu_tests, hmla_cpu_tests and hmla-bench from dir (built on the workstation
+# with the same nvcc, carried), else build into build-gpu/. Device-tool call: carry .deps/bin (or the
+# CUTLASS headers to build), .deps/anchors, .deps/compare.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+steps=",${1:-tests,sanitize,bench,python,compare},"
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PATH="/usr/local/cuda/bin:$PATH"
+status=0
+has() { [[ "$steps" == *",$1,"* ]]; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+
+if [ -n "${HMLA_BIN:-}" ]; then
+  T=$HMLA_BIN/hmla_gpu_tests; C=$HMLA_BIN/hmla_cpu_tests; B=$HMLA_BIN/hmla-bench
+else
+  { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-gpu -j"$(nproc)"; } \
+    > "$OUT/build.log" 2>&1 || { tail -n 40 "$OUT/build.log"; exit 1; }
+  T=build-gpu/tests/hmla_gpu_tests; C=build-gpu/tests/hmla_cpu_tests; B=build-gpu/tools/hmla-bench/hmla-bench
+fi
+
+if has tests; then
+  echo "== gpu tests: sparse decode"
+  timeout "${HMLA_TEST_TIMEOUT:-300}" "$T" --gtest_brief=1 --gtest_filter='*Sparse*:*Fp8Dequant*' > "$OUT/sparse_tests.log" 2>&1 || status=1
+  grep -E "FAILED|PASSED|tests ran|Failure" "$OUT/sparse_tests.log" | tail -n 30
+  echo "== gpu tests: dense subset"
+  timeout 200 "$T" --gtest_brief=1 --gtest_filter='*Edge*:*Api*:*Determinism*:*CacheStrides*' > "$OUT/dense_tests.log" 2>&1 || status=1
+  grep -E "FAILED|PASSED|tests ran" "$OUT/dense_tests.log" | tail -n 10
+  "$C" --gtest_brief=1 > "$OUT/cpu_tests.log" 2>&1 || status=1
+  tail -n 2 "$OUT/cpu_tests.log"
+fi
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 "$T" --gtest_brief=1 \
+      --gtest_filter='SparseDecodeSanitizer*:SparseDecodeSmoke*' > "$OUT/sanitizer_$tool.log" 2>&1 || status=1
+    echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -n 1)"
+  done
+fi
+if has bench; then
+  echo "== hmla-bench sparse rows"
+  HMLA_ANCHORS=.deps/anchors/flashmla-h200.json timeout 300 "$B" --sweep default --only sparse_decode --check \
+    --json "$OUT/sparse_bench.json" > "$OUT/sparse_bench.log" 2>&1 || status=1
+  tail -n 24 "$OUT/sparse_bench.log"
+fi
+if has python || has compare; then
+  echo "== python package"
+  export PIP_BREAK_SYSTEM_PACKAGES=1
+  python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/hsite ./python > "$OUT/python_build.log" 2>&1 ||
+    { tail -n 30 "$OUT/python_build.log"; status=1; }
+fi
+if has python; then
+  echo "== python gpu tests (sparse)"
+  PYTHONPATH=/tmp/hsite timeout 300 python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_gpu_sparse.py \
+    python/tests/test_gpu_flashmla_script.py > "$OUT/python_sparse.log" 2>&1 || status=1
+  tail -n 15 "$OUT/python_sparse.log"
+fi
+if has compare; then
+  echo "== compare.py"
+  only=sparse_decode
+  has dense && only=dense,sparse_decode
+  bash .deps/compare/build_flashmla.sh /tmp/fm > "$OUT/flashmla_build.log" 2>&1 || { tail -n 20 "$OUT/flashmla_build.log"; status=1; }
+  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA:/tmp/hsite timeout 400 python3 .deps/compare/compare.py \
+    --out "$OUT/compare" --only "$only" > "$OUT/compare_stdout.log" 2>&1 || status=1
+  grep -E "^sparse_decode|^dense_decode|SUMMARY|Error|Traceback" "$OUT/compare_stdout.log" | tail -n 70
+fi
+# The device tool brings back at most 8 files: the logs travel as one archive beside the JSON.
+(cd "$OUT" && tar czf /tmp/logs.tgz --exclude='*.tgz' . && find . -type f -name '*.log' -delete && mv /tmp/logs.tgz logs.tgz)
+exit $status
