@@ -29,20 +29,6 @@ ScheduleShape schedule_shape(int batch, int s_q, int h_q, int h_kv, int num_sms)
   return shape;
 }
 
-void check_schedule_matches(const DenseDecodeParams& p, const DecodeSchedule& s) {
-  const char* where = "hmla::dense_decode_run";
-  auto same = [&](const char* name, int got, int expected) {
-    if (got != expected)
-      throw InvalidArgument(where, name, std::to_string(got),
-                            std::to_string(expected) + " (the value the schedule was planned for)");
-  };
-  if (s.workspace == nullptr || s.tile_metadata == nullptr)
-    throw InvalidArgument(where, "schedule", "an empty schedule", "the result of hmla::dense_decode_plan");
-  same("batch", p.batch, s.batch);
-  same("s_q", p.s_q, s.s_q);
-  same("h_q", p.h_q, s.h_q);
-  same("h_kv", p.h_kv, s.h_kv);
-}
 
 }  // namespace
 
@@ -90,7 +76,8 @@ DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_
 
 void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
   validate(params);
-  check_schedule_matches(params, schedule);
+  detail::check_schedule_matches("hmla::dense_decode_run", "hmla::dense_decode_plan", schedule, params.batch,
+                                 params.s_q, params.h_q, params.h_kv);
   switch (params.dtype) {
     case DType::kBF16: sm90::dense_decode::launch_bf16(params, schedule, stream); break;
     case DType::kFP16: sm90::dense_decode::launch_fp16(params, schedule, stream); break;

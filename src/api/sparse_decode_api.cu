@@ -49,20 +49,6 @@ detail::DecodeWork work_of(const SparseDecodeParams& p) {
   return work;
 }
 
-void check_schedule_matches(const SparseDecodeParams& p, const DecodeSchedule& s) {
-  const char* where = "hmla::sparse_decode_run";
-  auto same = [&](const char* name, int got, int expected) {
-    if (got != expected)
-      throw InvalidArgument(where, name, std::to_string(got),
-                            std::to_string(expected) + " (the value the schedule was planned for)");
-  };
-  if (s.workspace == nullptr || s.tile_metadata == nullptr)
-    throw InvalidArgument(where, "schedule", "an empty schedule", "the result of hmla::sparse_decode_plan");
-  same("batch", p.batch, s.batch);
-  same("s_q", p.s_q, s.s_q);
-  same("h_q", p.h_q, s.h_q);
-  same("h_kv", 1, s.h_kv);
-}
 
 }  // namespace
 
@@ -103,7 +89,8 @@ DecodeSchedule sparse_decode_plan(const SparseDecodeParams& params, void* worksp
 
 void sparse_decode_run(const SparseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
   validate(params);
-  check_schedule_matches(params, schedule);
+  detail::check_schedule_matches("hmla::sparse_decode_run", "hmla::sparse_decode_plan", schedule, params.batch,
+                                 params.s_q, params.h_q, 1);
   sm90::sparse_decode::launch(params, schedule, stream);
 }
 

@@ -231,6 +231,19 @@ void validate_plan_shape(const char* where, int batch, int s_q, int h_q, int h_k
   }
 }
 
+void check_schedule_matches(const char* where, const char* plan, const DecodeSchedule& schedule, int batch,
+                            int s_q, int h_q, int h_kv) {
+  if (schedule.workspace == nullptr || schedule.tile_metadata == nullptr)
+    fail(where, "schedule", "an empty schedule", std::string("the result of ") + plan);
+  const struct {
+    const char* name;
+    int got, planned;
+  } fields[] = {{"batch", batch, schedule.batch}, {"s_q", s_q, schedule.s_q}, {"h_q", h_q, schedule.h_q},
+                {"h_kv", h_kv, schedule.h_kv}};
+  for (const auto& f : fields)
+    if (f.got != f.planned) fail(where, f.name, str(f.got), str(f.planned) + " (the value the schedule was planned for)");
+}
+
 void validate_plan_args(const int32_t* cache_seqlens, int batch, int s_q, int h_q, int h_kv,
                         const void* workspace, size_t workspace_bytes, size_t required_bytes) {
   const char* where = kDenseDecodePlanWhere;

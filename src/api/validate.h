@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hmla/decode_schedule.h"
 #include "hmla/params.h"
 
 namespace hmla::detail {
@@ -54,5 +55,9 @@ void validate_sparse_plan_shape(const char* where, int batch, int s_q, int h_q);
 // sparse_decode_workspace_bytes for the same shape.
 void validate_sparse_plan_args(const SparseDecodeParams& params, const void* workspace,
                                size_t workspace_bytes, size_t required_bytes);
+
+// A run's schedule must be a plan's result for the run's shape; `plan` names that plan entry point.
+void check_schedule_matches(const char* where, const char* plan, const DecodeSchedule& schedule, int batch,
+                            int s_q, int h_q, int h_kv);
 
 }  // namespace hmla::detail

@@ -289,6 +289,31 @@ __global__ void __launch_bounds__(kRowWarpsPerCta * 32, 4) combine_warp_per_row_
 
 }  // namespace
 
+CombineParams combine_params(const DecodeSchedule& schedule, int requests, int tokens_per_batch, int h_kv,
+                             const RowTiling& tiling, const OutputView& output, const float* attn_sink) {
+  CombineParams cp{};
+  cp.batch = requests;
+  cp.tokens_per_batch = tokens_per_batch;
+  cp.h_kv = h_kv;
+  cp.d_v = kDv;
+  cp.num_sm_parts = schedule.num_sm_parts;
+  cp.tiling = tiling;
+  cp.req_num_splits = schedule.num_splits;
+  cp.req_split_base = schedule.split_base;
+  cp.split_list = schedule.split_list;
+  cp.lse_accum = schedule.lse_accum;
+  cp.o_accum = schedule.o_accum;
+  cp.out = output.out;
+  cp.out_batch_stride = output.out_batch_stride;
+  cp.out_token_stride = output.out_token_stride;
+  cp.out_head_stride = output.out_head_stride;
+  cp.lse = output.lse;
+  cp.lse_batch_stride = output.lse_batch_stride;
+  cp.lse_head_stride = output.lse_head_stride;
+  cp.attn_sink = attn_sink;
+  return cp;
+}
+
 template <typename Element>
 void launch_combine(const CombineParams& params, cudaStream_t stream) {
   // A request has at most one piece per part; the merge keeps one weight per piece in shared memory.

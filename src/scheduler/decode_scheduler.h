@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "hmla/decode_schedule.h"
 #include "scheduler/decode_schedule.h"
 
 namespace hmla::detail {
@@ -39,6 +40,16 @@ struct CombineParams {
   int64_t lse_batch_stride, lse_head_stride;
   const float* attn_sink;
 };
+// The combine's parameters for a schedule's split requests and the output view they merge into.
+struct OutputView {
+  void* out;
+  int64_t out_batch_stride, out_token_stride, out_head_stride;
+  float* lse;
+  int64_t lse_batch_stride, lse_head_stride;
+};
+CombineParams combine_params(const DecodeSchedule& schedule, int requests, int tokens_per_batch, int h_kv,
+                             const RowTiling& tiling, const OutputView& output, const float* attn_sink);
+
 template <typename Element>
 void launch_combine(const CombineParams& params, cudaStream_t stream);
 

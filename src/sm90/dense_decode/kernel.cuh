@@ -747,26 +747,10 @@ void launch(const DenseDecodeParams& params, const DecodeSchedule& schedule, cud
   }
 #endif
 
-  detail::CombineParams cp{};
-  cp.batch = params.batch;
-  cp.tokens_per_batch = 1;
-  cp.h_kv = params.h_kv;
-  cp.d_v = Cfg::kHeadDimV;
-  cp.num_sm_parts = schedule.num_sm_parts;
-  cp.tiling = tiling;
-  cp.req_num_splits = schedule.num_splits;
-  cp.req_split_base = schedule.split_base;
-  cp.split_list = schedule.split_list;
-  cp.lse_accum = schedule.lse_accum;
-  cp.o_accum = schedule.o_accum;
-  cp.out = params.out;
-  cp.out_batch_stride = params.out_batch_stride;
-  cp.out_token_stride = params.out_token_stride;
-  cp.out_head_stride = params.out_head_stride;
-  cp.lse = params.lse;
-  cp.lse_batch_stride = params.lse_batch_stride;
-  cp.lse_head_stride = params.lse_head_stride;
-  cp.attn_sink = nullptr;
+  const detail::OutputView output{params.out, params.out_batch_stride, params.out_token_stride, params.out_head_stride,
+                                  params.lse, params.lse_batch_stride, params.lse_head_stride};
+  const detail::CombineParams cp =
+      detail::combine_params(schedule, params.batch, 1, params.h_kv, tiling, output, nullptr);
   detail::launch_combine<Native>(cp, stream);
 }
 

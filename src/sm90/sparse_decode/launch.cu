@@ -85,26 +85,10 @@ void launch(const SparseDecodeParams& params, const DecodeSchedule& schedule, cu
     launch_kernel<SparseCacheLayout::kModel1>(q_map, kp, schedule.num_m_blocks, schedule.num_sm_parts, stream);
   HMLA_CUDA_CHECK(cudaGetLastError());
 
-  detail::CombineParams cp{};
-  cp.batch = kp.requests;
-  cp.tokens_per_batch = params.s_q;
-  cp.h_kv = 1;
-  cp.d_v = 512;
-  cp.num_sm_parts = schedule.num_sm_parts;
-  cp.tiling = detail::RowTiling::make(1, params.h_q);
-  cp.req_num_splits = schedule.num_splits;
-  cp.req_split_base = schedule.split_base;
-  cp.split_list = schedule.split_list;
-  cp.lse_accum = schedule.lse_accum;
-  cp.o_accum = schedule.o_accum;
-  cp.out = params.out;
-  cp.out_batch_stride = params.out_batch_stride;
-  cp.out_token_stride = params.out_token_stride;
-  cp.out_head_stride = params.out_head_stride;
-  cp.lse = params.lse;
-  cp.lse_batch_stride = params.lse_batch_stride;
-  cp.lse_head_stride = params.lse_head_stride;
-  cp.attn_sink = params.attn_sink;
+  const detail::OutputView output{params.out, params.out_batch_stride, params.out_token_stride, params.out_head_stride,
+                                  params.lse, params.lse_batch_stride, params.lse_head_stride};
+  const detail::CombineParams cp = detail::combine_params(schedule, kp.requests, params.s_q, 1,
+                                                          detail::RowTiling::make(1, params.h_q), output, params.attn_sink);
   detail::launch_combine<__nv_bfloat16>(cp, stream);
 }
 
