@@ -2,8 +2,9 @@
 # The GPU job, run on the H200 through the device tool (or by hand on any Hopper machine):
 # build everything, run the gpu tests, a sanitizer subset, and the benchmark; logs and JSON go to
 # $OUT (default ./gpu-out). Usage: scripts/gpu_run.sh [all|tests|bench|sanitize|quick|check] [bench args...]
-#   check: the fast correctness subset (edge cases, API, determinism, sanitizer cases and one shard
-#          of the FlashMLA grid), the default sweep with --check, then the Python GPU suite.
+#   check: the fast correctness subset (edge cases, API, determinism, NaN, FP8 dequantisation,
+#          sanitizer cases and one shard of the FlashMLA grid), the default sweep with --check,
+#          then the Python GPU suite.
 #
 # Device-tool call (from the repo root on the workstation), carrying the pinned headers:
 #   run(command="bash scripts/gpu_run.sh all", carry=[".deps/cutlass-4.2.0.0/cutlass_library/source/include",
@@ -53,11 +54,17 @@ run_tests() {
   tail -n 3 "$OUT/cpu_tests.log"
 }
 run_sanitizer() {
-  echo "== compute-sanitizer (memcheck, racecheck) on the *Sanitizer* subset"
-  for tool in memcheck racecheck; do
-    timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/tests/hmla_gpu_tests \
-      --gtest_filter='*Sanitizer*' --gtest_brief=1 > "$OUT/sanitizer_$tool.log" 2>&1 || status=1
-    echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -n 1)"
+  # One call per subset, so that a report (or a timeout) in one kernel family leaves the other's
+  # result readable.
+  echo "== compute-sanitizer (memcheck, racecheck) on the dense and sparse sanitizer subsets"
+  for subset in Dense Sparse; do
+    for tool in memcheck racecheck; do
+      log="$OUT/sanitizer_$tool.log"
+      [ "$subset" = Sparse ] && log="$OUT/sanitizer_sparse_$tool.log"
+      timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 build-gpu/tests/hmla_gpu_tests \
+        --gtest_filter="*${subset}DecodeSanitizer*" --gtest_brief=1 > "$log" 2>&1 || status=1
+      echo "$subset $tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1)"
+    done
   done
 }
 run_bench() {
@@ -68,7 +75,7 @@ run_bench() {
 }
 
 run_check() {
-  run_tests --gtest_filter='*Edge*:*Api*:*Device*:*Sanitizer*:*Determinism*:*CacheStrides*'
+  run_tests --gtest_filter='*Edge*:*Api*:*Device*:*Sanitizer*:*Determinism*:*CacheStrides*:*NaN*:*Fp8Dequant*'
   mv "$OUT/gpu_tests.log" "$OUT/gpu_tests_subset.log"
   if [ "$test_rc" -eq 124 ]; then tail -n 20 "$OUT/gpu_tests_subset.log"; return; fi
   GTEST_TOTAL_SHARDS=16 GTEST_SHARD_INDEX=${HMLA_GRID_SHARD:-5} run_tests --gtest_filter='FlashMLAGrid*'

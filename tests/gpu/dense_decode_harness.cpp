@@ -4,16 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <climits>
 #include <cmath>
-#include <cstdarg>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
-#include <sstream>
 
 #include "hmla/reference.h"
 
@@ -21,8 +18,6 @@ namespace hmla_test {
 
 namespace {
 
-constexpr int64_t kGuard4d = 64;   // elements before/after q and out (128 bytes: keeps alignment)
-constexpr int64_t kGuardLse = 32;  // floats before/after lse
 // Reference cost model, in multiply-adds: per key and query token, one score (576) and one PV row
 // (512) per head, plus converting the key to double once per call and kv head (576 load_half calls,
 // measured at about the cost of 2000 multiply-adds).
@@ -31,84 +26,6 @@ constexpr double kKeyLoadMacs = 2000;
 constexpr double kWholeBatchReferenceMacs = 2e7;  // below this, one reference call for the batch
 constexpr int kFullChunkHeads = 16;   // heads per reference call when every row is compared
 constexpr int kSampleChunkHeads = 4;  // heads per reference call when rows are sampled
-constexpr int kMaxExamples = 8;
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
-std::string fmt(const char* f, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, f);
-  std::vsnprintf(buf, sizeof(buf), f, ap);
-  va_end(ap);
-  return buf;
-}
-
-// 4-D [d0][d1][d2][d3] layout, d3 contiguous.
-Strided make_layout4(Layout layout, int64_t b, int64_t s, int64_t h, int64_t d, uint64_t seed) {
-  Strided st;
-  st.rank = 4;
-  st.dims[0] = b;
-  st.dims[1] = s;
-  st.dims[2] = h;
-  st.dims[3] = d;
-  Rng rng(seed);
-  int64_t sb = 0, ss = 0, sh = 0;
-  switch (layout) {
-    case Layout::kDense:
-      sh = d;
-      ss = h * d;
-      sb = s * h * d;
-      break;
-    case Layout::kPadded:
-      sh = d + 8 * rng.uniform_int(1, 4);
-      ss = h * sh + 8 * rng.uniform_int(1, 3);
-      sb = s * ss + 8 * rng.uniform_int(1, 5);
-      break;
-    case Layout::kHeadMajor:
-      ss = d + 8;
-      sb = s * ss;
-      sh = b * sb;
-      break;
-    case Layout::kTokenMajor:
-      sh = d;
-      sb = h * d;
-      ss = b * h * d;
-      break;
-  }
-  st.strides[0] = sb;
-  st.strides[1] = ss;
-  st.strides[2] = sh;
-  st.strides[3] = 1;
-  st.guard = kGuard4d;
-  const int64_t max_offset = (b - 1) * sb + (s - 1) * ss + (h - 1) * sh + d;
-  st.total = kGuard4d + max_offset + kGuard4d;
-  return st;
-}
-
-// lse [b][h][s], s contiguous.
-Strided make_layout_lse(bool padded, int64_t b, int64_t h, int64_t s) {
-  Strided st;
-  st.rank = 3;
-  st.dims[0] = b;
-  st.dims[1] = h;
-  st.dims[2] = s;
-  st.dims[3] = 1;
-  const int64_t sh = padded ? s + 3 : s;
-  const int64_t sb = padded ? h * sh + 5 : h * sh;
-  st.strides[0] = sb;
-  st.strides[1] = sh;
-  st.strides[2] = 1;
-  st.strides[3] = 1;
-  st.guard = kGuardLse;
-  st.total = kGuardLse + (b - 1) * sb + (h - 1) * sh + s + kGuardLse;
-  return st;
-}
 
 std::string describe_case(const DecodeCase& c) {
   return fmt("%s [%s b=%d s_q=%d h_q=%d h_kv=%d page=%d causal=%d num_sms=%d]", c.name.c_str(),
@@ -230,60 +147,9 @@ std::mutex g_cache_mutex;
 std::shared_ptr<PagedCache> g_last_cache;  // one cache kept between cases (the grid's order
                                            // puts cases sharing a cache next to each other)
 
-// ------------------------------------------------------------------------------ statistics
-struct Worst {
-  double value = 0;
-  std::string where;
-  void update(double v, const std::string& w) {
-    if (v > value) {
-      value = v;
-      where = w;
-    }
-  }
-};
-struct DtypeSummary {
-  int64_t cases = 0, sampled_cases = 0, rows_total = 0, rows_compared = 0;
-  double ref_macs = 0, ref_seconds = 0;
-  Worst rel_l2, elem, lse;
-};
-std::mutex g_stats_mutex;
-std::map<std::string, DtypeSummary> g_summary;
-
-// Thread-local accumulation of findings while checking.
-struct Findings {
-  std::map<std::string, int64_t> counts;
-  std::map<std::string, std::vector<std::string>> examples;
-  void add(const std::string& what, const std::string& example) {
-    int64_t& n = counts[what];
-    if (n < kMaxExamples) examples[what].push_back(example);
-    ++n;
-  }
-  void merge(const Findings& o) {
-    for (const auto& kv : o.counts) {
-      counts[kv.first] += kv.second;
-      auto& ex = examples[kv.first];
-      for (const auto& e : o.examples.at(kv.first)) {
-        if (static_cast<int>(ex.size()) < kMaxExamples) ex.push_back(e);
-      }
-    }
-  }
-};
+AccuracySummary g_summary;
 
 }  // namespace
-
-const char* layout_name(Layout l) {
-  switch (l) {
-    case Layout::kDense:
-      return "dense";
-    case Layout::kPadded:
-      return "padded";
-    case Layout::kHeadMajor:
-      return "head_major";
-    case Layout::kTokenMajor:
-      return "token_major";
-  }
-  return "?";
-}
 
 std::shared_ptr<const PagedCache> get_paged_cache(const DecodeCase& c) {
   const std::vector<int>& capacity = c.capacity.empty() ? c.lengths : c.capacity;
@@ -322,20 +188,9 @@ DecodeProblem::DecodeProblem(DecodeCase c) : c_(std::move(c)) {
   out_layout_ = make_layout4(c_.out_layout, c_.batch, c_.s_q, c_.h_q, kDv, mix_seed(seed, 12));
   lse_layout_ = make_layout_lse(c_.pad_lse, c_.batch, c_.h_q, c_.s_q);
 
-  // Poison images: sentinel everywhere, NaN poison on every logical element.
-  out_poison_image_.assign(out_layout_.total, kOutSentinelBits);
-  lse_poison_image_.assign(lse_layout_.total, bits_float(kLseSentinelBits));
-  const uint16_t poison = out_poison_bits(c_.dtype);
-  for (int r = 0; r < c_.batch; ++r) {
-    for (int t = 0; t < c_.s_q; ++t) {
-      for (int h = 0; h < c_.h_q; ++h) {
-        std::fill_n(&out_poison_image_[out_layout_.offset(r, t, h)], kDv, poison);
-        lse_poison_image_[lse_layout_.offset(r, h, t)] = bits_float(kLsePoisonBits);
-      }
-    }
-  }
-  dev_out_.allocate(out_poison_image_.size() * sizeof(uint16_t));
-  dev_lse_.allocate(lse_poison_image_.size() * sizeof(float));
+  poison_image_ = make_poison_images(out_layout_, lse_layout_, out_poison_bits(c_.dtype));
+  dev_out_.allocate(poison_image_.out.size() * sizeof(uint16_t));
+  dev_lse_.allocate(poison_image_.lse.size() * sizeof(float));
   dev_seqlens_.allocate(static_cast<size_t>(c_.batch) * sizeof(int32_t));
   upload_lengths();
   build_q(seed);
@@ -344,26 +199,7 @@ DecodeProblem::DecodeProblem(DecodeCase c) : c_(std::move(c)) {
 DecodeProblem::~DecodeProblem() = default;
 
 void DecodeProblem::build_q(uint64_t seed) {
-  q_host_.assign(q_layout_.total, input_nan_bits(c_.dtype));  // padding and guards: NaN
-  q_row_norm_.assign(static_cast<size_t>(c_.batch) * c_.s_q * c_.h_q, 0.f);
-  const uint64_t value_seed = mix_seed(seed, 21);
-  parallel_for(c_.batch, [&](int64_t r) {
-    for (int t = 0; t < c_.s_q; ++t) {
-      for (int h = 0; h < c_.h_q; ++h) {
-        uint16_t* dst = &q_host_[q_layout_.offset(r, t, h)];
-        const size_t row = (static_cast<size_t>(r) * c_.s_q + t) * c_.h_q + h;
-        double norm2 = 0;
-        for (int d = 0; d < kDqk; ++d) {
-          const uint16_t bits =
-              to_half_bits(c_.dtype, 0.1f * normalish(value_seed, row * kDqk + d));
-          dst[d] = bits;
-          const double v = half_bits_to_float(c_.dtype, bits);
-          norm2 += v * v;
-        }
-        q_row_norm_[row] = static_cast<float>(std::sqrt(norm2));
-      }
-    }
-  });
+  fill_half_rows(q_layout_, c_.dtype, 0.1f, mix_seed(seed, 21), &q_host_, &q_row_norm_);
   // Keep the device buffer (and so its address) when refilling: captured graphs point at it.
   if (dev_q_.get() == nullptr || dev_q_.bytes() != q_host_.size() * sizeof(uint16_t)) {
     dev_q_.allocate(q_host_.size() * sizeof(uint16_t));
@@ -396,8 +232,8 @@ void DecodeProblem::set_lengths(const std::vector<int>& lengths) {
 }
 
 void DecodeProblem::poison_outputs() {
-  dev_out_.upload(out_poison_image_.data(), out_poison_image_.size() * sizeof(uint16_t));
-  dev_lse_.upload(lse_poison_image_.data(), lse_poison_image_.size() * sizeof(float));
+  dev_out_.upload(poison_image_.out.data(), poison_image_.out.size() * sizeof(uint16_t));
+  dev_lse_.upload(poison_image_.lse.data(), poison_image_.lse.size() * sizeof(float));
 }
 
 hmla::DenseDecodeParams DecodeProblem::device_params() const {
@@ -442,27 +278,12 @@ size_t DecodeProblem::workspace_bytes() const {
 bool DecodeProblem::plan_and_run(cudaStream_t stream) {
   poison_outputs();
   const size_t bytes = workspace_bytes();
-  dev_ws_.allocate(bytes);
-  HMLA_TEST_CUDA_CHECK(cudaMemset(dev_ws_.get(), 0xff, std::max<size_t>(bytes, 1)));  // NaN / -1
-  HMLA_TEST_CUDA_CHECK(cudaDeviceSynchronize());
-  try {
+  return run_guarded(describe_case(c_), dev_ws_, bytes, stream, [&] {
     const hmla::DecodeSchedule sched =
         hmla::dense_decode_plan(dev_seqlens_.as<int32_t>(), c_.batch, c_.s_q, c_.h_q, c_.h_kv,
                                 dev_ws_.get(), bytes, stream, c_.num_sms);
     hmla::dense_decode_run(device_params(), sched, stream);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << describe_case(c_) << ": plan/run threw: " << e.what();
-    return false;
-  }
-  const cudaError_t sync = cudaStreamSynchronize(stream);
-  const cudaError_t last = cudaGetLastError();
-  if (sync != cudaSuccess || last != cudaSuccess) {
-    ADD_FAILURE() << describe_case(c_) << ": CUDA error after run: sync " << cudaGetErrorName(sync)
-                  << ", last " << cudaGetErrorName(last);
-    abort_if_context_broken(describe_case(c_));
-    return false;
-  }
-  return true;
+  });
 }
 
 Outputs DecodeProblem::download() const {
@@ -561,31 +382,16 @@ void DecodeProblem::compute_reference() {
     for (int j = 0; j < h_kv; ++j)
       priority.push_back(id_of(rng.uniform_int(0, b - 1), j, rng.uniform_int(0, chunks - 1)));
     const int64_t num_units = static_cast<int64_t>(b) * per_request;
-    std::vector<uint8_t> taken(num_units, 0);
-    auto take = [&](int64_t id) {
+    auto unit_of = [&](int64_t id) {
       const int r = static_cast<int>(id / per_request);
       const int kvh = static_cast<int>((id / chunks) % h_kv);
       const int ci = static_cast<int>(id % chunks);
       const int nh = std::min(chunk, group - ci * chunk);
-      const double m = unit_cost(r, nh);
-      taken[id] = 1;
-      units.push_back({r, kvh, kvh * group + ci * chunk, nh, m});
-      macs += m;
+      return Unit{r, kvh, kvh * group + ci * chunk, nh, unit_cost(r, nh)};
     };
-    auto fits = [&](int64_t id) {
-      const int r = static_cast<int>(id / per_request);
-      const int ci = static_cast<int>(id % chunks);
-      return macs + unit_cost(r, std::min(chunk, group - ci * chunk)) <= limit;
-    };
-    for (size_t i = 0; i < priority.size(); ++i) {
-      const int64_t id = priority[i];
-      if (!taken[id] && (i == 0 || fits(id))) take(id);  // the first one even over the budget
-    }
-    std::vector<int64_t> order(num_units);
-    std::iota(order.begin(), order.end(), 0);
-    rng.shuffle(order);
-    for (int64_t id : order) {
-      if (!taken[id] && fits(id)) take(id);
+    auto cost_of = [&](int64_t id) { return unit_of(id).macs; };
+    for (int64_t id : sample_units(num_units, cost_of, priority, limit, rng, &macs)) {
+      units.push_back(unit_of(id));
     }
   }
 
@@ -689,109 +495,21 @@ bool DecodeProblem::check(const Outputs& got, const std::string& what, CheckStat
     for (int t = 0; t < s_q; ++t) {
       const int n = keys_for(lengths_[r], s_q, t, c_.causal);
       for (int h = 0; h < h_q; ++h) {
-        const uint16_t* row = &got.out[out_layout_.offset(r, t, h)];
-        auto pos = [&] { return fmt("(b=%d,t=%d,h=%d)", int(r), t, h); };
-        int64_t unwritten = 0, nan = 0, inf = 0, nonzero = 0, outside = 0;
-        for (int d = 0; d < kDv; ++d) {
-          const uint16_t bits = row[d];
-          if (bits == poison) {
-            ++unwritten;
-          } else if (half_is_nan(dt, bits)) {
-            ++nan;
-          } else if (half_is_inf(dt, bits)) {
-            ++inf;
-          } else {
-            const float v = half_bits_to_float(dt, bits);
-            if (n == 0 && v != 0.f) ++nonzero;
-            if (n > 0 && std::fabs(v) > hull) ++outside;
-          }
-        }
-        if (unwritten)
-          f.add("out elements never written (poison left)",
-                pos() + fmt(" %lld of 512", (long long)unwritten));
-        if (nan) f.add("out NaN", pos() + fmt(" %lld of 512", (long long)nan));
-        if (inf) f.add("out inf", pos() + fmt(" %lld of 512", (long long)inf));
-        if (nonzero)
-          f.add("out not exactly 0 for a query without keys",
-                pos() + fmt(" %lld of 512", (long long)nonzero));
-        if (outside)
-          f.add("out outside the range of V (|out| > max|V|)",
-                pos() + fmt(" %lld of 512, n_keys=%d", (long long)outside, n));
-
-        const float l = got.lse[lse_layout_.offset(r, h, t)];
-        const uint32_t lbits = float_bits(l);
-        if (lbits == kLsePoisonBits) {
-          f.add("lse never written (poison left)", pos());
-        } else if (std::isnan(l)) {
-          f.add("lse NaN", pos());
-        } else if (n == 0) {
-          if (!(std::isinf(l) && l > 0))
-            f.add("lse not +inf for a query without keys", pos() + fmt(" lse=%g", l));
-        } else if (!std::isfinite(l)) {
-          f.add("lse not finite for a query with keys", pos() + fmt(" lse=%g n_keys=%d", l, n));
-        } else {
-          // every score s satisfies |s| <= scale * |q| * max|k|, so lse is within log(n) +- that
-          const double bound = scale * q_row_norm_[(static_cast<size_t>(r) * s_q + t) * h_q + h] *
-                                   cache_->max_key_norm * (1 + 1e-3) +
-                               1e-4 * std::max(1.0, std::fabs(double(l)));
-          if (std::fabs(l - std::log(double(n))) > bound) {
-            f.add("lse inconsistent with the number of keys",
-                  pos() + fmt(" lse=%.6f log(n_keys=%d)=%.6f max|score|=%.4f", l, n,
-                              std::log(double(n)), bound));
-          }
-        }
+        const std::string pos = fmt("(b=%d,t=%d,h=%d)", int(r), t, h);
+        check_out_row(dt, &got.out[out_layout_.offset(r, t, h)], kDv, poison, n, hull, pos, f);
+        // every score s satisfies |s| <= scale * |q| * max|k|, so lse is within log(n) +- that
+        const double max_abs_score = scale *
+                                     q_row_norm_[(static_cast<size_t>(r) * s_q + t) * h_q + h] *
+                                     cache_->max_key_norm * (1 + 1e-3);
+        check_lse_value(got.lse[lse_layout_.offset(r, h, t)], n, max_abs_score, pos, f);
       }
     }
     std::lock_guard<std::mutex> lock(merge_mutex);
     all.merge(f);
   });
 
-  // ---- writes outside the logical elements: the sentinel count must be unchanged
-  auto count_sentinels_out = [&]() {
-    std::vector<int64_t> part(64, 0);
-    const int64_t n = out_layout_.total, chunk = (n + 63) / 64;
-    parallel_for(64, [&](int64_t i) {
-      int64_t c = 0;
-      for (int64_t k = i * chunk; k < std::min(n, (i + 1) * chunk); ++k)
-        c += got.out[k] == kOutSentinelBits;
-      part[i] = c;
-    });
-    return std::accumulate(part.begin(), part.end(), int64_t{0});
-  };
-  const int64_t expected_out_sentinels = out_layout_.total - out_layout_.logical_count();
-  const int64_t out_sentinels = count_sentinels_out();
-  if (out_sentinels != expected_out_sentinels) {
-    // locate the first few overwritten padding elements
-    std::vector<uint8_t> logical(out_layout_.total, 0);
-    for (int r = 0; r < b; ++r)
-      for (int t = 0; t < s_q; ++t)
-        for (int h = 0; h < h_q; ++h) std::fill_n(&logical[out_layout_.offset(r, t, h)], kDv, 1);
-    for (int64_t k = 0; k < out_layout_.total; ++k) {
-      if (!logical[k] && got.out[k] != kOutSentinelBits) {
-        all.add("out written outside its logical elements (padding/guard changed)",
-                fmt("element %lld from the allocation start (logical origin at %lld): 0x%04x",
-                    (long long)k, (long long)out_layout_.guard, got.out[k]));
-      }
-    }
-  }
-  {
-    int64_t lse_sentinels = 0;
-    for (float v : got.lse) lse_sentinels += float_bits(v) == kLseSentinelBits;
-    const int64_t expected = lse_layout_.total - static_cast<int64_t>(b) * h_q * s_q;
-    if (lse_sentinels != expected) {
-      std::vector<uint8_t> logical(lse_layout_.total, 0);
-      for (int r = 0; r < b; ++r)
-        for (int h = 0; h < h_q; ++h)
-          for (int t = 0; t < s_q; ++t) logical[lse_layout_.offset(r, h, t)] = 1;
-      for (int64_t k = 0; k < lse_layout_.total; ++k) {
-        if (!logical[k] && float_bits(got.lse[k]) != kLseSentinelBits) {
-          all.add("lse written outside its logical elements (padding/guard changed)",
-                  fmt("element %lld from the allocation start (logical origin at %lld): %g",
-                      (long long)k, (long long)lse_layout_.guard, got.lse[k]));
-        }
-      }
-    }
-  }
+  // ---- writes outside the logical elements: the sentinels must be unchanged
+  check_padding_unchanged(got, out_layout_, lse_layout_, all);
 
   // ---- reference comparison
   if (!ref_valid_) compute_reference();
@@ -824,52 +542,19 @@ bool DecodeProblem::check(const Outputs& got, const std::string& what, CheckStat
           }
           continue;  // the GPU side of these rows is checked exactly above
         }
-        float row_max = 0.f;
-        for (int d = 0; d < kDv; ++d) row_max = std::max(row_max, std::fabs(ref[d]));
-        int64_t bad = 0;
-        double worst_row = 0;
-        int worst_d = 0;
-        for (int d = 0; d < kDv; ++d) {
-          const double g = half_bits_to_float(dt, row[d]);
-          const double e = std::fabs(g - ref[d]);
-          const double bound =
-              tol.out_elem_rel * std::fabs(ref[d]) + tol.out_elem_row_rel * row_max + 1e-7;
-          if (std::isfinite(g)) {
-            a.diff2 += e * e;
-          } else {
-            a.diff2 += std::numeric_limits<double>::infinity();
-          }
-          a.ref2 += double(ref[d]) * ref[d];
-          const double ratio =
-              std::isfinite(e) ? e / bound : std::numeric_limits<double>::infinity();
-          if (ratio > worst_row) {
-            worst_row = ratio;
-            worst_d = d;
-          }
-          if (!(e <= bound)) ++bad;
+        const RowComparison rc = compare_out_row(dt, row, ref, kDv, tol);
+        a.diff2 += rc.diff2;
+        a.ref2 += rc.ref2;
+        if (rc.worst_ratio > a.worst_elem) {
+          a.worst_elem = rc.worst_ratio;
+          a.worst_elem_at = pos + fmt(" d=%d got %.7g ref %.7g", rc.worst_d,
+                                      half_bits_to_float(dt, row[rc.worst_d]), ref[rc.worst_d]);
         }
-        if (worst_row > a.worst_elem) {
-          a.worst_elem = worst_row;
-          a.worst_elem_at = pos + fmt(" d=%d got %.7g ref %.7g", worst_d,
-                                      half_bits_to_float(dt, row[worst_d]), ref[worst_d]);
-        }
-        if (bad) {
-          f.add(
-              "out elements outside the elementwise bound",
-              pos + fmt(" %lld of 512; worst d=%d got %.7g ref %.7g (row max %.4g)", (long long)bad,
-                        worst_d, half_bits_to_float(dt, row[worst_d]), ref[worst_d], row_max));
-        }
-        const double lse_err = std::fabs(double(l) - ref_lse);
-        const double lse_bound = tol.lse_rel * std::max(1.0, std::fabs(double(ref_lse)));
-        const double lse_ratio =
-            std::isfinite(lse_err) ? lse_err / lse_bound : std::numeric_limits<double>::infinity();
+        report_out_row(dt, row, ref, kDv, rc, pos, f);
+        const double lse_ratio = compare_lse(l, ref_lse, tol.lse_rel, pos, f);
         if (lse_ratio > a.worst_lse) {
           a.worst_lse = lse_ratio;
           a.worst_lse_at = pos + fmt(" got %.8g ref %.8g", l, ref_lse);
-        }
-        if (!(lse_err <= lse_bound)) {
-          f.add("lse outside tolerance",
-                pos + fmt(" got %.8g ref %.8g |diff| %.3g > %.3g", l, ref_lse, lse_err, lse_bound));
         }
       }
     }
@@ -887,26 +572,20 @@ bool DecodeProblem::check(const Outputs& got, const std::string& what, CheckStat
       acc.worst_lse_at = a.worst_lse_at;
     }
   });
-  const double rel_l2 =
-      acc.ref2 > 0 ? std::sqrt(acc.diff2 / acc.ref2) : (acc.diff2 > 0 ? INFINITY : 0.0);
+  const double rel_l2 = relative_l2(acc.diff2, acc.ref2);
   if (!(rel_l2 <= tol.out_rel_l2)) {
     all.add(fmt("out relative L2 error above %g", tol.out_rel_l2),
             fmt("%.4g over %lld compared rows; worst element %s", rel_l2, (long long)acc.rows,
                 acc.worst_elem_at.c_str()));
   }
 
-  if (!all.counts.empty()) {
+  if (!all.empty()) {
     ok = false;
-    std::ostringstream msg;
-    msg << label << ": FAILED checks (rows compared with the reference: " << acc.rows << " of "
-        << int64_t(b) * s_q * h_q << (ref_sampled_ ? ", sampled" : "") << ")\n";
-    for (const auto& kv : all.counts) {
-      msg << "  - " << kv.first << ": " << kv.second << " occurrence(s), e.g.\n";
-      for (const auto& e : all.examples[kv.first]) msg << "      " << e << "\n";
-    }
-    msg << "  out relative L2 " << rel_l2 << ", worst element ratio " << acc.worst_elem
-        << ", worst lse ratio " << acc.worst_lse;
-    ADD_FAILURE() << msg.str();
+    ADD_FAILURE() << all.report(
+        label + fmt(": FAILED checks (rows compared with the reference: %lld of %lld%s)",
+                    (long long)acc.rows, (long long)b * s_q * h_q, ref_sampled_ ? ", sampled" : ""),
+        fmt("  out relative L2 %g, worst element ratio %g, worst lse ratio %g", rel_l2,
+            acc.worst_elem, acc.worst_lse));
   }
 
   CheckStats st;
@@ -934,63 +613,18 @@ bool DecodeProblem::check(const Outputs& got, const std::string& what, CheckStat
 }
 
 bool DecodeProblem::bitwise_equal(const Outputs& a, const Outputs& b, std::string* where) {
-  if (a.out.size() != b.out.size() || a.lse.size() != b.lse.size()) {
-    if (where) *where = "different buffer sizes";
-    return false;
-  }
-  for (size_t i = 0; i < a.out.size(); ++i) {
-    if (a.out[i] != b.out[i]) {
-      if (where)
-        *where = fmt("out element %zu of the allocation: 0x%04x vs 0x%04x", i, a.out[i], b.out[i]);
-      return false;
-    }
-  }
-  for (size_t i = 0; i < a.lse.size(); ++i) {
-    if (float_bits(a.lse[i]) != float_bits(b.lse[i])) {
-      if (where)
-        *where = fmt("lse element %zu of the allocation: %.9g vs %.9g", i, a.lse[i], b.lse[i]);
-      return false;
-    }
-  }
-  return true;
+  return outputs_bitwise_equal(a, b, where);
 }
 
 // ------------------------------------------------------------------------------ statistics
 void record_stats(const DecodeCase& c, const CheckStats& s) {
-  std::lock_guard<std::mutex> lock(g_stats_mutex);
-  DtypeSummary& d = g_summary[hmla::dtype_name(c.dtype)];
-  ++d.cases;
-  d.sampled_cases += s.sampled;
-  d.rows_total += s.rows_total;
-  d.rows_compared += s.rows_compared;
-  d.ref_macs += s.ref_macs;
-  d.ref_seconds += s.ref_seconds;
-  d.rel_l2.update(s.rel_l2, c.name);
-  d.elem.update(s.worst_elem, c.name);
-  d.lse.update(s.worst_lse, c.name);
+  g_summary.record(hmla::dtype_name(c.dtype), c.name, s);
 }
 
 void print_summary() {
-  std::lock_guard<std::mutex> lock(g_stats_mutex);
-  if (g_summary.empty()) return;
-  std::printf(
-      "\n[hmla] dense decode accuracy summary (ratios are error / tolerance; < 1 passes)\n");
-  for (const auto& kv : g_summary) {
-    const DtypeSummary& d = kv.second;
-    const Tolerance& tol = kv.first == "bf16" ? kBf16Tolerance : kFp16Tolerance;
-    std::printf(
-        "[hmla]   %s: %lld checks (%lld sampled), rows compared %lld of %lld, reference %.1f GMAC "
-        "in %.1f s\n",
-        kv.first.c_str(), (long long)d.cases, (long long)d.sampled_cases,
-        (long long)d.rows_compared, (long long)d.rows_total, d.ref_macs * 1e-9, d.ref_seconds);
-    std::printf("[hmla]     worst out rel L2 %.3g (tolerance %g) in %s\n", d.rel_l2.value,
-                tol.out_rel_l2, d.rel_l2.where.c_str());
-    std::printf("[hmla]     worst out element ratio %.3g in %s\n", d.elem.value,
-                d.elem.where.c_str());
-    std::printf("[hmla]     worst lse ratio %.3g (tolerance %g * max(1,|lse|)) in %s\n",
-                d.lse.value, tol.lse_rel, d.lse.where.c_str());
-  }
-  std::fflush(stdout);
+  g_summary.print("dense decode", [](const std::string& dtype) -> const Tolerance& {
+    return dtype == "bf16" ? kBf16Tolerance : kFp16Tolerance;
+  });
 }
 
 void run_and_check_case(const DecodeCase& c) {

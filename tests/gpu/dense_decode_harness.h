@@ -10,27 +10,18 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "harness_common.h"
 #include "hmla/dense_decode.h"
 #include "hmla/params.h"
 
 namespace hmla_test {
 
 constexpr int kDqk = 576;
-constexpr int kDv = 512;
 
 // ------------------------------------------------------------------------------ tolerances
-// out (compared with the reference's unrounded float output, out_f32):
-//   per case   ||out - ref||_2 / ||ref||_2  <= kOutRelL2   (over every compared element)
-//   per element |out - ref| <= kOutElemRel * |ref| + kOutElemRowRel * max|ref row| + 1e-7
-//              (the row is the 512 values of one (request, token, head))
-// lse: |lse - ref| <= kLseRel * max(1, |ref|), for both dtypes (float32 from fp32 accumulation).
-// Rows without any key: out exactly 0 and lse exactly +inf, as in the reference.
-struct Tolerance {
-  double out_rel_l2;
-  double out_elem_rel;
-  double out_elem_row_rel;
-  double lse_rel;
-};
+// (the meaning of each field: Tolerance in harness_common.h; rel L2 is over every compared element
+// of a case; lse is float32 from fp32 accumulation for both dtypes; rows without any key: out
+// exactly 0 and lse exactly +inf, as in the reference)
 // bf16: 8-bit significand; output rounding alone is up to 2^-8 relative and P is fed to the PV
 // product in bf16 (2^-9), so the measured relative L2 error is ~2e-3: 1e-2 leaves 4-5x margin.
 constexpr Tolerance kBf16Tolerance{1e-2, 1.0 / 128, 1e-2, 1e-5};
@@ -42,15 +33,6 @@ inline const Tolerance& tolerance_for(hmla::DType t) {
 }
 
 // ------------------------------------------------------------------------------ case spec
-// How a 4-D [batch, tokens, heads, dim] (or 3-D lse) tensor is laid out in its allocation.
-enum class Layout {
-  kDense,       // [b][s][h][d]
-  kPadded,      // [b][s][h][d] with gaps (multiples of 8 elements) between heads/tokens/batches
-  kHeadMajor,   // [h][b][s][d + 8]: head stride largest, batch stride smaller than head stride
-  kTokenMajor,  // [s][b][h][d]: token stride largest
-};
-const char* layout_name(Layout l);
-
 struct DecodeCase {
   std::string name;  // unique, used for the q seed and in messages
   hmla::DType dtype = hmla::DType::kBF16;
@@ -108,33 +90,6 @@ std::shared_ptr<const PagedCache> get_paged_cache(const DecodeCase& c);
 void release_cached_caches();
 
 // ------------------------------------------------------------------------------ problem
-struct Outputs {
-  std::vector<uint16_t> out;  // the whole out allocation (guards and padding included)
-  std::vector<float> lse;     // the whole lse allocation
-};
-
-struct Strided {
-  int64_t dims[4] = {1, 1, 1, 1};  // logical extents, last one contiguous
-  int64_t strides[4] = {0, 0, 0, 1};
-  int64_t guard = 0;  // elements before the logical origin
-  int64_t total = 0;  // elements in the allocation
-  int rank = 4;
-  int64_t offset(int64_t i0, int64_t i1, int64_t i2) const {
-    return guard + i0 * strides[0] + i1 * strides[1] + i2 * strides[2];
-  }
-  int64_t logical_count() const { return dims[0] * dims[1] * dims[2] * dims[3]; }
-};
-
-// Statistics of one check, for messages and the end-of-run summary.
-struct CheckStats {
-  int64_t rows_total = 0, rows_compared = 0;
-  double ref_macs = 0, ref_seconds = 0;
-  double rel_l2 = 0;      // over the compared rows
-  double worst_elem = 0;  // max |out - ref| / bound
-  double worst_lse = 0;   // max |lse - ref| / (kLseRel * max(1, |ref|))
-  bool sampled = false;
-};
-
 class DecodeProblem {
  public:
   explicit DecodeProblem(DecodeCase c);
@@ -181,8 +136,7 @@ class DecodeProblem {
   std::vector<int> lengths_;
   Strided q_layout_, out_layout_, lse_layout_;
   std::vector<uint16_t> q_host_;
-  std::vector<uint16_t> out_poison_image_;
-  std::vector<float> lse_poison_image_;
+  Outputs poison_image_;
   std::vector<float> q_row_norm_;  // [b][s_q][h_q]
   DeviceBuffer dev_q_, dev_out_, dev_lse_, dev_seqlens_, dev_ws_;
 

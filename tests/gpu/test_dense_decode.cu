@@ -100,8 +100,6 @@ void PrintTo(const DecodeCase& c, std::ostream* os) { *os << c.name; }
 
 namespace {
 
-std::string case_name(const ::testing::TestParamInfo<DecodeCase>& info) { return info.param.name; }
-
 // Prints the accuracy summary and frees the shared cache before the CUDA runtime goes away.
 class SummaryEnvironment : public ::testing::Environment {
  public:
@@ -117,18 +115,19 @@ class SummaryEnvironment : public ::testing::Environment {
 class DenseDecodeGrid : public ::testing::TestWithParam<DecodeCase> {};
 TEST_P(DenseDecodeGrid, MatchesReference) { run_and_check_case(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(FlashMLAGrid, DenseDecodeGrid, ::testing::ValuesIn(flashmla_grid()),
-                         case_name);
+                         case_param_name<DecodeCase>);
 
 // ------------------------------------------------------------------------------ edge cases
 class DenseDecodeEdge : public ::testing::TestWithParam<DecodeCase> {};
 TEST_P(DenseDecodeEdge, MatchesReference) { run_and_check_case(GetParam()); }
-INSTANTIATE_TEST_SUITE_P(EdgeCases, DenseDecodeEdge, ::testing::ValuesIn(edge_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(EdgeCases, DenseDecodeEdge, ::testing::ValuesIn(edge_cases()),
+                         case_param_name<DecodeCase>);
 
 // ------------------------------------------------------------------------------ sanitizer subset
 class DenseDecodeSanitizer : public ::testing::TestWithParam<DecodeCase> {};
 TEST_P(DenseDecodeSanitizer, MatchesReference) { run_and_check_case(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(SanitizerSubset, DenseDecodeSanitizer,
-                         ::testing::ValuesIn(sanitizer_cases()), case_name);
+                         ::testing::ValuesIn(sanitizer_cases()), case_param_name<DecodeCase>);
 
 // ------------------------------------------------------------------------------ cache strides
 TEST(DenseDecodeCacheStrides, PaddedCacheStridesAreHonouredOrRejected) {
