@@ -3,8 +3,11 @@
 # compute-sanitizer on the sanitizer subset, the bench's sparse rows, the Python GPU suite, and
 # ../shared/anchors/compare/compare.py against FlashMLA (copied into .deps/compare, with
 # .deps/anchors). Logs and JSON go to $OUT.
-#   scripts/gpu_sparse.sh [steps]   steps: comma list of tests,sanitize,bench,python,compare,dense
-#                                   (default: all but dense; dense = compare.py's dense rows too)
+#   scripts/gpu_sparse.sh [steps]   steps: comma list of tests,densetests,sanitize,bench,python,compare,dense
+#                                   (default: tests,sanitize,bench,python,compare; densetests = a dense
+#                                   subset of the GPU suite; dense = compare.py's dense rows too)
+# Knobs: HMLA_TEST_TIMEOUT, HMLA_SANITIZERS ("memcheck racecheck"), HMLA_SANITIZER_FILTER,
+# HMLA_SANITIZER_TIMEOUT, HMLA_COMPARE_TIMEOUT (seconds).
 # HMLA_BIN=dir: use hmla_gpu_tests, hmla_cpu_tests and hmla-bench from dir (built on the workstation
 # with the same nvcc, carried), else build into build-gpu/. Device-tool call: carry .deps/bin (or the
 # CUTLASS headers to build), .deps/anchors, .deps/compare.
@@ -30,16 +33,18 @@ if has tests; then
   echo "== gpu tests: sparse decode"
   timeout "${HMLA_TEST_TIMEOUT:-300}" "$T" --gtest_brief=1 --gtest_filter='*Sparse*:*Fp8Dequant*' > "$OUT/sparse_tests.log" 2>&1 || status=1
   grep -E "FAILED|PASSED|tests ran|Failure" "$OUT/sparse_tests.log" | tail -n 30
+fi
+if has densetests; then
   echo "== gpu tests: dense subset"
-  timeout 200 "$T" --gtest_brief=1 --gtest_filter='*Edge*:*Api*:*Determinism*:*CacheStrides*' > "$OUT/dense_tests.log" 2>&1 || status=1
+  timeout 200 "$T" --gtest_brief=1 --gtest_filter='*Edge*:*Api*:*Determinism*:*CacheStrides*:-*Sparse*' > "$OUT/dense_tests.log" 2>&1 || status=1
   grep -E "FAILED|PASSED|tests ran" "$OUT/dense_tests.log" | tail -n 10
   "$C" --gtest_brief=1 > "$OUT/cpu_tests.log" 2>&1 || status=1
   tail -n 2 "$OUT/cpu_tests.log"
 fi
 if has sanitize; then
-  for tool in memcheck racecheck; do
-    timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 "$T" --gtest_brief=1 \
-      --gtest_filter='SparseDecodeSanitizer*:SparseDecodeSmoke*' > "$OUT/sanitizer_$tool.log" 2>&1 || status=1
+  for tool in ${HMLA_SANITIZERS:-memcheck racecheck}; do
+    timeout "${HMLA_SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$T" --gtest_brief=1 \
+      --gtest_filter="${HMLA_SANITIZER_FILTER:-*SparseDecodeSanitizer*}" > "$OUT/sanitizer_$tool.log" 2>&1 || status=1
     echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -n 1)"
   done
 fi
@@ -66,7 +71,7 @@ if has compare; then
   only=sparse_decode
   has dense && only=dense,sparse_decode
   bash .deps/compare/build_flashmla.sh /tmp/fm > "$OUT/flashmla_build.log" 2>&1 || { tail -n 20 "$OUT/flashmla_build.log"; status=1; }
-  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA:/tmp/hsite timeout 400 python3 .deps/compare/compare.py \
+  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA:/tmp/hsite timeout "${HMLA_COMPARE_TIMEOUT:-400}" python3 .deps/compare/compare.py \
     --out "$OUT/compare" --only "$only" > "$OUT/compare_stdout.log" 2>&1 || status=1
   grep -E "^sparse_decode|^dense_decode|SUMMARY|Error|Traceback" "$OUT/compare_stdout.log" | tail -n 70
 fi

@@ -81,10 +81,14 @@ struct Config {
   static constexpr int kProducerGroupThreads = 32 * kProducerWarpsPerGroup;
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
+  // setmaxnreg moves registers between warpgroups inside the CTA's launch allocation: 384 threads
+  // at the compiled 168 each (65536 / 384 rounded down to a multiple of 8). An increase that the
+  // others' decreases do not cover blocks forever.
+  static constexpr int kLaunchRegs = 168;
   static constexpr int kProducerRegs = 128;
-  static constexpr int kScorerRegs = 216;
-  static constexpr int kHelperRegs = 168;
-  static_assert(kProducerRegs + kScorerRegs + kHelperRegs <= 512, "register file: 64K registers for 384 threads");
+  static constexpr int kScorerRegs = 208;
+  static constexpr int kHelperRegs = kLaunchRegs;
+  static_assert(kProducerRegs + kScorerRegs + kHelperRegs <= 3 * kLaunchRegs, "setmaxnreg: more registers than the CTA has");
   static constexpr int kNopePieces = Format::kNope / 16;  // 16-byte e4m3 pieces per token
   static constexpr int kRopePieces = 8;                    // 16-byte bf16 pieces per token
   static_assert(kTokensPerRound * kRopePieces % 32 == 0, "whole RoPE pieces per lane");
