@@ -65,6 +65,13 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// Asks the copy engine to bring `bytes` (a multiple of 16) at a 16-byte aligned global address into
+// L2, without registers or shared memory; later loads of those bytes hit L2.
+__device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<uint64_t>(ptr)), "r"(bytes)
+               : "memory");
+}
+
 // ---- ordering ----
 // Generic-proxy writes to shared memory (st.shared) made visible to wgmma / TMA reads.
 __device__ __forceinline__ void fence_proxy_async_smem() {

@@ -84,6 +84,10 @@ __device__ __forceinline__ float sink_factor(const float* attn_sink, int head, f
 // -inf; a row with none in any piece gets LSE +inf (and out 0).
 __device__ __forceinline__ float merged_lse(float lane_lse, const float* lse_of, size_t piece_stride, int n, int lane,
                                             bool& any) {
+  if (__any_sync(0xffffffffu, lane_lse != lane_lse)) {  // a piece attended to a NaN
+    any = true;
+    return __int_as_float(0x7fc00000);
+  }
   float max_lse = lane_lse;
   for (int s = lane + 32; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * piece_stride]);
   for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
@@ -93,7 +97,8 @@ __device__ __forceinline__ float merged_lse(float lane_lse, const float* lse_of,
     for (int s = lane + 32; s < n; s += 32) sum += __expf(lse_of[s * piece_stride] - max_lse);
   }
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  any = sum > 0.f;
+  // No piece with a key: the sum is exactly 0. A NaN piece makes the row NaN, as it would unsplit.
+  any = sum != 0.f;
   return any ? max_lse + logf(sum) : INFINITY;
 }
 

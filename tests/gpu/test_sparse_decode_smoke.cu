@@ -177,7 +177,10 @@ TEST_P(SparseDecodeSmoke, MatchesReference) {
   }
   for (size_t i = 0; i < lse.size(); ++i) {
     const float a = lse[i], b = ref_lse[i];
-    const bool ok = (std::isinf(b) && a == b) || (std::isfinite(b) && std::fabs(a - b) <= 1e-3f * std::max(1.f, std::fabs(b)));
+    // lse: the kernel's K is bf16 after dequantisation (FlashMLA's is too) while the reference keeps
+    // the float dequantised value, which moves a score by ~2^-9 of its terms: with one key, lse is
+    // that score, about 1e-3 off at these scales.
+    const bool ok = (std::isinf(b) && a == b) || (std::isfinite(b) && std::fabs(a - b) <= 4e-3f * std::max(1.f, std::fabs(b)));
     if (!ok && ++bad_lse <= 5) ADD_FAILURE() << "lse[" << i << "] = " << a << ", reference " << b;
   }
   EXPECT_EQ(nan_out, 0);

@@ -37,6 +37,8 @@ struct CacheFormat<SparseCacheLayout::kV32> {
   static constexpr int kTokenStride = 656;   // token t at page + t * 656
   static constexpr int kRopeOffset = 528;    // after the NoPE values and 4 float32 scales
   static constexpr int kScalePieces = 8;     // 16-value pieces per scale (128 values)
+  static constexpr int kDataBytes = 656;     // a token's bytes from its start, scales included
+  static constexpr bool kScalesApart = false;
   // Byte offset of token `offset`'s scales from its page: inside the token, after the NoPE values.
   __host__ __device__ static int64_t scale_offset(int /*page_size*/, int offset) {
     return static_cast<int64_t>(offset) * kTokenStride + kNope;
@@ -54,6 +56,8 @@ struct CacheFormat<SparseCacheLayout::kModel1> {
   static constexpr int kTokenStride = 576;   // token t's data at page + t * 576
   static constexpr int kRopeOffset = 448;
   static constexpr int kScalePieces = 4;     // 64 values per UE8M0 scale
+  static constexpr int kDataBytes = 576;     // NoPE and RoPE; the scales sit apart
+  static constexpr bool kScalesApart = true;
   // The scales of every token follow the page's token data, 8 bytes per token.
   __host__ __device__ static int64_t scale_offset(int page_size, int offset) {
     return static_cast<int64_t>(page_size) * kTokenStride + static_cast<int64_t>(offset) * 8;

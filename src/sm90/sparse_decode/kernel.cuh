@@ -90,6 +90,10 @@ __device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache
     const int64_t page_start = static_cast<int64_t>(page) * cache.block_stride_bytes;
     t.data = page_start + static_cast<int64_t>(offset) * Format::kTokenStride;
     t.scales = page_start + Format::scale_offset(cache.page_size, offset);
+    // Every token of the warp is asked into L2 at once: the rounds below then find their rows in
+    // L2, instead of waiting for HBM once per round (a round holds only a few tokens' loads).
+    dev::prefetch_l2(cache.data + t.data, Format::kDataBytes);
+    if constexpr (Format::kScalesApart) dev::prefetch_l2(cache.data + (t.scales & ~int64_t{15}), 16);
   }
   return t;
 }
@@ -151,7 +155,52 @@ struct GatherRound {
   }
 };
 
-template <typename Cfg>
+// Walks a CTA's tiles in order, skipping requests with no key.
+struct TileCursor {
+  int r;      // request (> meta.end_req: no tile left)
+  int u;      // tile of it
+  Request q;
+
+  __device__ __forceinline__ void start(const KernelParams& p, const detail::PartMetadata& meta) {
+    r = meta.begin_req;
+    q = request_of(p, meta, r);
+    u = q.u0;
+    settle(p, meta);
+  }
+  __device__ __forceinline__ void next(const KernelParams& p, const detail::PartMetadata& meta) {
+    ++u;
+    settle(p, meta);
+  }
+  __device__ __forceinline__ bool done(const detail::PartMetadata& meta) const { return r > meta.end_req; }
+
+  // The tile's index list and cache: its main list, or its extra list past the main tiles.
+  __device__ __forceinline__ const SparseCacheView& cache(const KernelParams& p) const {
+    return u >= q.main_blocks ? p.extra_cache : p.cache;
+  }
+  template <typename Cfg>
+  __device__ __forceinline__ TokenSlots locate(const KernelParams& p, int row0, int lane) const {
+    const bool extra = u >= q.main_blocks;
+    const int32_t* list = extra ? p.extra_indices + q.batch * p.extra_indices_batch_stride +
+                                      q.token * p.extra_indices_token_stride
+                                : p.indices + q.batch * p.indices_batch_stride + q.token * p.indices_token_stride;
+    const int block = extra ? u - q.main_blocks : u;
+    return locate_tokens<Cfg>(cache(p), list, block * Cfg::kBlockN + row0, extra ? q.extra_keys : q.main_keys, lane);
+  }
+
+ private:
+  __device__ __forceinline__ void settle(const KernelParams& p, const detail::PartMetadata& meta) {
+    while (r <= meta.end_req && (q.tiles == 0 || u >= q.u1)) {
+      if (++r > meta.end_req) break;
+      q = request_of(p, meta, r);
+      u = q.u0;
+    }
+  }
+};
+
+// Group g gathers the CTA's tiles g, g + 2, g + 4, ... into stage g. With look-ahead, the group's
+// next tile is located (its indices loaded) and asked into L2 as soon as the current one is stored,
+// so the next tile's rows come from L2 and its indices are at hand when its stage frees.
+template <typename Cfg, bool kLookahead>
 __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
                               const detail::PartMetadata& meta) {
   constexpr int kRounds = Cfg::kTokensPerProducerWarp / Cfg::kTokensPerRound;
@@ -160,37 +209,33 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
   const int lane = threadIdx.x % 32;
   const int row0 = warp_in_group * Cfg::kTokensPerProducerWarp;
   const uint32_t tile = dev::smem_addr(smem.k[group]);
-  int g = 0;  // tiles of this CTA so far; this group takes those with g % 2 == group
-  for (int r = meta.begin_req; r <= meta.end_req; ++r) {
-    const Request q = request_of(p, meta, r);
-    if (q.tiles == 0) continue;
-    for (int u = q.u0; u < q.u1; ++u, ++g) {
-      if (g % Cfg::kStages != group) continue;
-      const bool extra = u >= q.main_blocks;
-      const SparseCacheView& cache = extra ? p.extra_cache : p.cache;
-      const int32_t* list = extra ? p.extra_indices + q.batch * p.extra_indices_batch_stride +
-                                        q.token * p.extra_indices_token_stride
-                                  : p.indices + q.batch * p.indices_batch_stride + q.token * p.indices_token_stride;
-      const int block = extra ? u - q.main_blocks : u;
-      // The index loads and the first round's row loads go out before the wait for the stage: they
-      // only fill registers, and they are the tile's two dependent trips to memory.
-      const TokenSlots slots =
-          locate_tokens<Cfg>(cache, list, block * Cfg::kBlockN + row0, extra ? q.extra_keys : q.main_keys, lane);
-      GatherRound<Cfg> current;
-      current.load(cache, slots, 0, lane);
-      dev::mbar_wait(&smem.k_empty[group], ((g / Cfg::kStages) & 1) ^ 1);
+  TileCursor cur;
+  cur.start(p, meta);
+  for (int i = 0; i < group; ++i) cur.next(p, meta);
+  TokenSlots slots{};
+  if (kLookahead && !cur.done(meta)) slots = cur.locate<Cfg>(p, row0, lane);
+  for (int n = 0; !cur.done(meta); ++n) {
+    if (!kLookahead) slots = cur.locate<Cfg>(p, row0, lane);
+    const SparseCacheView& cache = cur.cache(p);
+    // The first round's row loads go out before the wait for the stage: they only fill registers.
+    GatherRound<Cfg> current;
+    current.load(cache, slots, 0, lane);
+    TileCursor ahead = cur;
+    for (int i = 0; i < Cfg::kStages; ++i) ahead.next(p, meta);
+    dev::mbar_wait(&smem.k_empty[group], (n & 1) ^ 1);
 #pragma unroll
-      for (int round = 0; round < kRounds; ++round) {
-        // Round + 1's loads are in flight while round's values are dequantised and stored.
-        GatherRound<Cfg> next;
-        if (round + 1 < kRounds) next.load(cache, slots, round + 1, lane);
-        current.store(tile, row0, round, lane);
-        if (round + 1 < kRounds) current = next;
-      }
-      if (lane == 0) smem.valid[group][warp_in_group] = slots.valid;
-      dev::fence_proxy_async_smem();  // the generic stores above are read by wgmma next
-      dev::mbar_arrive(&smem.k_full[group]);
+    for (int round = 0; round < kRounds; ++round) {
+      // Round + 1's loads are in flight while round's values are dequantised and stored.
+      GatherRound<Cfg> next;
+      if (round + 1 < kRounds) next.load(cache, slots, round + 1, lane);
+      current.store(tile, row0, round, lane);
+      if (round + 1 < kRounds) current = next;
     }
+    if (lane == 0) smem.valid[group][warp_in_group] = slots.valid;
+    dev::fence_proxy_async_smem();  // the generic stores above are read by wgmma next
+    dev::mbar_arrive(&smem.k_full[group]);
+    cur = ahead;
+    if (kLookahead && !cur.done(meta)) slots = cur.locate<Cfg>(p, row0, lane);
   }
 }
 
@@ -219,7 +264,8 @@ __device__ __forceinline__ void store_output(const KernelParams& p, const Reques
   for (int h = 0; h < 2; ++h) {
     const int head = m * Cfg::kBlockM + rows[h];
     if (head >= p.h_q) continue;
-    const bool any = row_sum[h] > 0.f;
+    // No key: the sum is exactly 0. A NaN sum (a NaN the query attended to) stays NaN in out and lse.
+    const bool any = row_sum[h] != 0.f;
     const float inv = any ? 1.f / row_sum[h] : 0.f;
     // Natural-log LSE of the scaled scores; a piece with no key is -inf for the combine, a whole
     // request with no key is +inf by the contract.
@@ -492,7 +538,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (warpgroup == 0) {
     dev::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    producer_loop<Cfg>(smem, p, meta);
+    if (p.lookahead)
+      producer_loop<Cfg, true>(smem, p, meta);
+    else
+      producer_loop<Cfg, false>(smem, p, meta);
   } else if (warpgroup == 1) {
     dev::warpgroup_reg_alloc<Cfg::kScorerRegs>();
     scorer_loop<Cfg>(smem, p, &q_map, meta, m);
