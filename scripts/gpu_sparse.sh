@@ -3,7 +3,7 @@
 # compute-sanitizer on the sanitizer subset, the bench's sparse rows, the Python GPU suite, and
 # ../shared/anchors/compare/compare.py against FlashMLA (copied into .deps/compare, with
 # .deps/anchors). Logs and JSON go to $OUT.
-#   scripts/gpu_sparse.sh [steps]   steps: comma list of tests,densetests,sanitize,bench,python,compare,dense
+#   scripts/gpu_sparse.sh [steps]   steps: comma list of tests,densetests,sanitize,bench,compare,dense,python,ab
 #                                   (default: tests,sanitize,bench,python,compare; densetests = a dense
 #                                   subset of the GPU suite; dense = compare.py's dense rows too)
 # Knobs: HMLA_TEST_TIMEOUT, HMLA_SANITIZERS ("memcheck racecheck"), HMLA_SANITIZER_FILTER,
@@ -60,12 +60,6 @@ if has python || has compare; then
   python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/hsite ./python > "$OUT/python_build.log" 2>&1 ||
     { tail -n 30 "$OUT/python_build.log"; status=1; }
 fi
-if has python; then
-  echo "== python gpu tests (sparse)"
-  PYTHONPATH=/tmp/hsite timeout 300 python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_gpu_sparse.py \
-    python/tests/test_gpu_flashmla_script.py > "$OUT/python_sparse.log" 2>&1 || status=1
-  tail -n 15 "$OUT/python_sparse.log"
-fi
 if has compare; then
   echo "== compare.py"
   only=sparse_decode
@@ -74,6 +68,18 @@ if has compare; then
   PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA:/tmp/hsite timeout "${HMLA_COMPARE_TIMEOUT:-400}" python3 .deps/compare/compare.py \
     --out "$OUT/compare" --only "$only" > "$OUT/compare_stdout.log" 2>&1 || status=1
   grep -E "^sparse_decode|^dense_decode|SUMMARY|Error|Traceback" "$OUT/compare_stdout.log" | tail -n 70
+fi
+if has python; then
+  echo "== python gpu tests (sparse)"
+  PYTHONPATH=/tmp/hsite timeout "${HMLA_PY_TIMEOUT:-300}" python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_gpu_sparse.py \
+    python/tests/test_gpu_flashmla_script.py > "$OUT/python_sparse.log" 2>&1 || status=1
+  tail -n 15 "$OUT/python_sparse.log"
+fi
+if has ab; then
+  echo "== hmla-bench sparse rows, producers' look-ahead off (A/B with the compare run above)"
+  HMLA_SPARSE_LOOKAHEAD=0 HMLA_ANCHORS=.deps/anchors/flashmla-h200.json timeout "${HMLA_AB_TIMEOUT:-120}" "$B" --sweep default \
+    --only sparse_decode --no-ceilings --json "$OUT/sparse_bench_nolookahead.json" > "$OUT/sparse_bench_nolookahead.log" 2>&1
+  tail -n 18 "$OUT/sparse_bench_nolookahead.log"
 fi
 # The device tool brings back at most 8 files: the logs travel as one archive beside the JSON.
 (cd "$OUT" && tar czf /tmp/logs.tgz --exclude='*.tgz' . && find . -type f -name '*.log' -delete && mv /tmp/logs.tgz logs.tgz)
