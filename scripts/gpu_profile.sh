@@ -76,12 +76,18 @@ if [ "$mode" = breakdown ]; then
 fi
 
 row=("$@")
-[ ${#row[@]} -eq 0 ] && row=(--b 128 --s-q 2 --h-q 128 --s-k 8192)
+# HMLA_PROFILE_FAMILY=sparse-decode profiles the sparse kernel (its row's flags as for hmla-bench).
+family=${HMLA_PROFILE_FAMILY:-dense-decode}
+kernel=${family//-/_}_kernel
+if [ ${#row[@]} -eq 0 ]; then
+  if [ "$family" = sparse-decode ]; then row=(--layout v32 --b 128 --s-q 1 --h-q 64 --topk 2048)
+  else row=(--b 128 --s-q 2 --h-q 128 --s-k 8192); fi
+fi
 report="$OUT/profile"
-timeout 300 ncu --clock-control none --kernel-name regex:dense_decode_kernel --launch-skip 3 --launch-count 1 \
+timeout "${HMLA_PROFILE_TIMEOUT:-300}" ncu --clock-control none --kernel-name regex:"$kernel" --launch-skip 3 --launch-count 1 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
   --section Occupancy --section SourceCounters \
-  -f -o "$report" "$bench" dense-decode "${row[@]}" --no-ceilings --no-backlog \
+  -f -o "$report" "$bench" "$family" "${row[@]}" --no-ceilings --no-backlog \
   > "$OUT/profile_run.log" 2>&1 || { tail -n 30 "$OUT/profile_run.log"; exit 1; }
 {
   echo "== row: ${row[*]}"

@@ -24,7 +24,10 @@ __device__ __forceinline__ int frag_col(int i, int lane) { return 8 * (i / 4) + 
 
 // Named barriers of the two consumer warpgroups (0 is __syncthreads).
 constexpr int kBarrierPReady = 1;  // the scorer published P and its statistics (both wait)
-constexpr int kBarrierPFree = 2;   // the other warpgroup is done reading them (it arrives, the scorer waits)
+// The other warpgroup is done reading them (both wait: the other has nothing to do before the next
+// tile's P anyway, and a one-sided arrive leaves racecheck unable to order the reads before the
+// scorer's next writes). The scorer passes it before every tile but its first, and once at the end.
+constexpr int kBarrierPFree = 2;
 
 // What a CTA needs to know of one request (one query token).
 struct Request {
@@ -462,6 +465,7 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
     }
     store_output<Cfg>(p, q, m, c.tOrO, c.rows, row_l, row_m, split, slot, 0, true, lane);
   }
+  if (g > 0) dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);  // the other's last tile
 }
 
 // Warpgroup 2: P V for output columns [256, 512), with the scorer's P and statistics.
@@ -495,7 +499,7 @@ __device__ void helper_loop(typename Cfg::SharedStorage& smem, const KernelParam
         // This warpgroup's P V must be done before the scorer overwrites P.
         c.retire();
         dev::mbar_arrive(&smem.k_empty[stage]);
-        dev::named_barrier_arrive(kBarrierPFree, Cfg::kConsumerThreads);
+        dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);
       }
     }
     store_output<Cfg>(p, q, m, c.tOrO, c.rows, row_l, row_m, split, slot, Cfg::kHeadDimV / 2, false, c.lane);
