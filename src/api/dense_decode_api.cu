@@ -52,22 +52,9 @@ DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_
   detail::validate_plan_args(cache_seqlens, batch, s_q, h_q, h_kv, workspace, workspace_bytes,
                              shape.layout.total);
 
-  DecodeSchedule s{};
-  s.batch = batch;
-  s.s_q = s_q;
-  s.h_q = h_q;
-  s.h_kv = h_kv;
-  s.num_sm_parts = shape.num_sm_parts;
-  s.num_m_blocks = shape.tiling.num_m_blocks;
-  s.workspace = workspace;
-  s.workspace_bytes = workspace_bytes;
-  char* base = static_cast<char*>(workspace);
-  s.tile_metadata = reinterpret_cast<int32_t*>(base + shape.layout.part_metadata);
-  s.num_splits = reinterpret_cast<int32_t*>(base + shape.layout.req_num_splits);
-  s.split_base = reinterpret_cast<int32_t*>(base + shape.layout.req_split_base);
-  s.split_list = reinterpret_cast<int32_t*>(base + shape.layout.split_list);
-  s.lse_accum = reinterpret_cast<float*>(base + shape.layout.lse_accum);
-  s.o_accum = base + shape.layout.o_accum;
+  const DecodeSchedule s = detail::schedule_in_workspace(batch, s_q, h_q, h_kv, shape.num_sm_parts,
+                                                         shape.tiling.num_m_blocks, workspace, workspace_bytes,
+                                                         shape.layout);
   detail::DecodeWork work{};
   work.seqlens = cache_seqlens;
   detail::launch_decode_scheduler(work, batch, shape.num_sm_parts, workspace, shape.layout, stream);

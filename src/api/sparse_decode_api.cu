@@ -66,22 +66,9 @@ DecodeSchedule sparse_decode_plan(const SparseDecodeParams& params, void* worksp
   const SparseScheduleShape shape = sparse_schedule_shape(params.batch, params.s_q, params.h_q, num_sms);
   detail::validate_sparse_plan_args(params, workspace, workspace_bytes, shape.layout.total);
 
-  DecodeSchedule s{};
-  s.batch = params.batch;
-  s.s_q = params.s_q;
-  s.h_q = params.h_q;
-  s.h_kv = 1;
-  s.num_sm_parts = shape.num_sm_parts;
-  s.num_m_blocks = shape.num_m_blocks;
-  s.workspace = workspace;
-  s.workspace_bytes = workspace_bytes;
-  char* base = static_cast<char*>(workspace);
-  s.tile_metadata = reinterpret_cast<int32_t*>(base + shape.layout.part_metadata);
-  s.num_splits = reinterpret_cast<int32_t*>(base + shape.layout.req_num_splits);
-  s.split_base = reinterpret_cast<int32_t*>(base + shape.layout.req_split_base);
-  s.split_list = reinterpret_cast<int32_t*>(base + shape.layout.split_list);
-  s.lse_accum = reinterpret_cast<float*>(base + shape.layout.lse_accum);
-  s.o_accum = base + shape.layout.o_accum;
+  const DecodeSchedule s =
+      detail::schedule_in_workspace(params.batch, params.s_q, params.h_q, 1, shape.num_sm_parts, shape.num_m_blocks,
+                                    workspace, workspace_bytes, shape.layout);
   detail::launch_decode_scheduler(work_of(params), shape.requests, shape.num_sm_parts, workspace, shape.layout,
                                   stream);
   return s;

@@ -167,6 +167,27 @@ int split_overhead_units() {
 
 }  // namespace
 
+DecodeSchedule schedule_in_workspace(int batch, int s_q, int h_q, int h_kv, int num_sm_parts, int num_m_blocks,
+                                     void* workspace, size_t workspace_bytes, const WorkspaceLayout& layout) {
+  DecodeSchedule s{};
+  s.batch = batch;
+  s.s_q = s_q;
+  s.h_q = h_q;
+  s.h_kv = h_kv;
+  s.num_sm_parts = num_sm_parts;
+  s.num_m_blocks = num_m_blocks;
+  s.workspace = workspace;
+  s.workspace_bytes = workspace_bytes;
+  char* base = static_cast<char*>(workspace);
+  s.tile_metadata = reinterpret_cast<int32_t*>(base + layout.part_metadata);
+  s.num_splits = reinterpret_cast<int32_t*>(base + layout.req_num_splits);
+  s.split_base = reinterpret_cast<int32_t*>(base + layout.req_split_base);
+  s.split_list = reinterpret_cast<int32_t*>(base + layout.split_list);
+  s.lse_accum = reinterpret_cast<float*>(base + layout.lse_accum);
+  s.o_accum = base + layout.o_accum;
+  return s;
+}
+
 void launch_decode_scheduler(const DecodeWork& work, int requests, int num_sm_parts, void* workspace,
                              const WorkspaceLayout& layout, cudaStream_t stream) {
   if (requests > kMaxPlanRequests)

@@ -16,6 +16,10 @@ namespace hmla::detail {
 void launch_decode_scheduler(const DecodeWork& work, int requests, int num_sm_parts, void* workspace,
                              const WorkspaceLayout& layout, cudaStream_t stream);
 
+// The schedule a plan returns: its shape and the views of the workspace that `layout` places.
+DecodeSchedule schedule_in_workspace(int batch, int s_q, int h_q, int h_kv, int num_sm_parts, int num_m_blocks,
+                                     void* workspace, size_t workspace_bytes, const WorkspaceLayout& layout);
+
 // Merges the pieces of split requests (combine.cu). Launched right after the attention kernel
 // with programmatic dependent launch; a no-op for requests that were not split.
 // Request r of the schedule writes batch entry r / tokens_per_batch, query token
