@@ -5,7 +5,8 @@
 # .deps/anchors). Logs and JSON go to $OUT.
 #   scripts/gpu_sparse.sh [steps]   steps: comma list of tests,densetests,sanitize,bench,compare,dense,python,ab
 #                                   (default: tests,sanitize,bench,python,compare; densetests = a dense
-#                                   subset of the GPU suite; dense = compare.py's dense rows too)
+#                                   subset of the GPU suite; dense = compare.py's dense rows too; ab = the
+#                                   bench's sparse rows with the producers' look-ahead off)
 # Knobs: HMLA_TEST_TIMEOUT, HMLA_SANITIZERS ("memcheck racecheck"), HMLA_SANITIZER_FILTER,
 # HMLA_SANITIZER_TIMEOUT, HMLA_COMPARE_TIMEOUT (seconds).
 # HMLA_BIN=dir: use hmla_gpu_tests, hmla_cpu_tests and hmla-bench from dir (built on the workstation
@@ -57,7 +58,9 @@ fi
 if has python || has compare; then
   echo "== python package"
   export PIP_BREAK_SYSTEM_PACKAGES=1
-  python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/hsite ./python > "$OUT/python_build.log" 2>&1 ||
+  # Installed into the interpreter, as a user has it: the FlashMLA-style script tests run it in a
+  # clean environment.
+  python3 -m pip install -q --no-build-isolation --no-deps ./python > "$OUT/python_build.log" 2>&1 ||
     { tail -n 30 "$OUT/python_build.log"; status=1; }
 fi
 if has compare; then
@@ -65,13 +68,13 @@ if has compare; then
   only=sparse_decode
   has dense && only=dense,sparse_decode
   bash .deps/compare/build_flashmla.sh /tmp/fm > "$OUT/flashmla_build.log" 2>&1 || { tail -n 20 "$OUT/flashmla_build.log"; status=1; }
-  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA:/tmp/hsite timeout "${HMLA_COMPARE_TIMEOUT:-400}" python3 .deps/compare/compare.py \
+  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA timeout "${HMLA_COMPARE_TIMEOUT:-400}" python3 .deps/compare/compare.py \
     --out "$OUT/compare" --only "$only" > "$OUT/compare_stdout.log" 2>&1 || status=1
   grep -E "^sparse_decode|^dense_decode|SUMMARY|Error|Traceback" "$OUT/compare_stdout.log" | tail -n 70
 fi
 if has python; then
   echo "== python gpu tests (sparse)"
-  PYTHONPATH=/tmp/hsite timeout "${HMLA_PY_TIMEOUT:-300}" python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_gpu_sparse.py \
+  timeout "${HMLA_PY_TIMEOUT:-300}" python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_gpu_sparse.py \
     python/tests/test_gpu_flashmla_script.py > "$OUT/python_sparse.log" 2>&1 || status=1
   tail -n 15 "$OUT/python_sparse.log"
 fi
