@@ -30,7 +30,8 @@ inline constexpr int kDenseDV = 512;
 void validate_plan_args(const int32_t* cache_seqlens, int batch, int s_q, int h_q, int h_kv,
                         const void* workspace, size_t workspace_bytes, size_t required_bytes);
 
-// The shape checks alone (batch >= 1, s_q in [1, 16], h_q in [1, 128], h_kv >= 1 dividing h_q),
+// The shape checks alone (batch in [1, kMaxPlanRequests], s_q in [1, 16], h_q in [1, 128], h_kv >= 1
+// dividing h_q),
 // for code that needs a valid shape before it can compute required_bytes (the workspace size).
 // `where` names the entry point in the message.
 void validate_plan_shape(const char* where, int batch, int s_q, int h_q, int h_kv);

@@ -435,6 +435,10 @@ TEST(PlanValidation, ShapeChecksNameTheirEntryPoint) {
   EXPECT_TRUE(ThrowsInvalid([] { hmla::detail::validate_plan_shape("hmla::x", 4, 1, 100, 3); },
                             "hmla::x", "h_kv", "3"));
   EXPECT_NO_THROW(hmla::detail::validate_plan_shape("hmla::x", 4, 1, 128, 2));
+  // The plan holds one prefix sum per request in shared memory: at most kMaxPlanRequests requests.
+  EXPECT_NO_THROW(hmla::detail::validate_plan_shape("hmla::x", 16384, 1, 128, 1));
+  EXPECT_TRUE(ThrowsInvalid([] { hmla::detail::validate_plan_shape("hmla::x", 16385, 1, 128, 1); }, "hmla::x",
+                            "batch", "16385"));
 }
 
 }  // namespace
