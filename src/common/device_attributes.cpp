@@ -3,8 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
-#include <mutex>
-#include <unordered_map>
+#include <string>
 
 #include "common/cuda_check.h"
 
@@ -30,28 +29,39 @@ int current_device_sm_count() {
 void set_max_dynamic_smem_once(const void* kernel, int bytes) {
   int device = 0;
   HMLA_CUDA_CHECK(cudaGetDevice(&device));
-  // A handful of kernels: a small map under a lock, taken only on the first call per kernel and
-  // device (the fast path reads a thread-local copy of the last answer).
-  static std::mutex lock;
-  static std::unordered_map<const void*, unsigned long long> done;  // kernel -> bitmask of devices
-  thread_local const void* last_kernel = nullptr;
-  thread_local int last_device = -1;
-  thread_local int last_bytes = 0;
-  if (kernel == last_kernel && device == last_device && bytes <= last_bytes) return;
-  {
-    std::lock_guard<std::mutex> guard(lock);
-    unsigned long long& devices = done[kernel];
-    const unsigned long long bit = device < kMaxDevices ? 1ull << device : 0ull;
-    if (bit == 0 || !(devices & bit)) {
-      int max_optin = 0;
-      HMLA_CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-      HMLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin));
-      devices |= bit;
+  // One slot per kernel (hmla has a handful), each with the devices already set: on the hot path a
+  // short scan of atomics, no lock. Devices past the bit mask are set on every call.
+  struct Slot {
+    std::atomic<const void*> kernel{nullptr};
+    std::atomic<unsigned long long> devices{0};
+  };
+  constexpr int kSlots = 32;
+  static Slot slots[kSlots];
+  const unsigned long long bit = device < kMaxDevices ? 1ull << device : 0ull;
+  Slot* slot = nullptr;
+  for (Slot& s : slots) {
+    const void* k = s.kernel.load(std::memory_order_acquire);
+    if (k == nullptr) {
+      const void* expected = nullptr;
+      if (s.kernel.compare_exchange_strong(expected, kernel, std::memory_order_acq_rel) || expected == kernel) {
+        slot = &s;
+        break;
+      }
+      continue;
+    }
+    if (k == kernel) {
+      slot = &s;
+      break;
     }
   }
-  last_kernel = kernel;
-  last_device = device;
-  last_bytes = bytes;
+  if (slot != nullptr && bit != 0 && (slot->devices.load(std::memory_order_acquire) & bit)) return;
+  int max_optin = 0;
+  HMLA_CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > max_optin)
+    throw CudaError("hmla: a kernel needs " + std::to_string(bytes) + " bytes of shared memory, the device allows " +
+                    std::to_string(max_optin));
+  HMLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin));
+  if (slot != nullptr) slot->devices.fetch_or(bit, std::memory_order_acq_rel);
 }
 
 }  // namespace hmla::detail

@@ -1,13 +1,13 @@
 #include "scheduler/decode_scheduler.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "common/cuda_check.h"
+#include "common/device_attributes.h"
 
 namespace hmla::detail {
 namespace {
@@ -194,16 +194,8 @@ void launch_decode_scheduler(const DecodeWork& work, int requests, int num_sm_pa
     throw CudaError("hmla: a plan holds at most " + std::to_string(kMaxPlanRequests) + " requests, got " +
                     std::to_string(requests));
   const int smem_bytes = static_cast<int>(sizeof(long long)) * (requests + 1);
-  // The shared-memory opt-in is per device; racing threads at worst both set it.
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> configured[kMaxDevices] = {};
-  int device = 0;
-  HMLA_CUDA_CHECK(cudaGetDevice(&device));
-  if (smem_bytes > 48 * 1024 && (device >= kMaxDevices || !configured[device].load(std::memory_order_acquire))) {
-    HMLA_CUDA_CHECK(cudaFuncSetAttribute(decode_scheduler_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(sizeof(long long)) * (kMaxPlanRequests + 1)));
-    if (device < kMaxDevices) configured[device].store(true, std::memory_order_release);
-  }
+  if (smem_bytes > 48 * 1024)
+    set_max_dynamic_smem_once(reinterpret_cast<const void*>(decode_scheduler_kernel), smem_bytes);
   auto* base = static_cast<char*>(workspace);
   decode_scheduler_kernel<<<1, kPlanThreads, smem_bytes, stream>>>(
       work, requests, num_sm_parts, split_overhead_units(), reinterpret_cast<PartMetadata*>(base + layout.part_metadata),

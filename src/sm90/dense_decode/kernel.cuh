@@ -6,10 +6,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
 #include <cmath>
 
 #include "common/cuda_check.h"
+#include "common/device_attributes.h"
 #include "common/device_primitives.cuh"
 #include "common/tensor_map.h"
 #include "scheduler/decode_schedule.h"
@@ -721,16 +721,7 @@ void launch(const DenseDecodeParams& params, const DecodeSchedule& schedule, cud
   kp.lse_head_stride = params.lse_head_stride;
 
   auto kernel = dense_decode_kernel<Cfg>;
-  // The shared-memory opt-in is per device; remember which devices have it (racing threads at
-  // worst both set it, which is harmless).
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> configured[kMaxDevices] = {};
-  int device = 0;
-  HMLA_CUDA_CHECK(cudaGetDevice(&device));
-  if (device >= kMaxDevices || !configured[device].load(std::memory_order_acquire)) {
-    HMLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    if (device < kMaxDevices) configured[device].store(true, std::memory_order_release);
-  }
+  detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
   dim3 grid(tiling.num_m_blocks, params.h_kv, schedule.num_sm_parts);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, k_map, kp);
   HMLA_CUDA_CHECK(cudaGetLastError());

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "common/device_attributes.h"
 #include "common/device_primitives.cuh"
 #include "common/fp8_dequant.cuh"
 #include "scheduler/decode_schedule.h"
@@ -559,7 +560,7 @@ void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int num
                    cudaStream_t stream) {
   using Cfg = Config<kLayout>;
   auto kernel = sparse_decode_kernel<Cfg>;
-  configure_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
+  detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
   dim3 grid(num_m_blocks, 1, num_sm_parts);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, params);
 }

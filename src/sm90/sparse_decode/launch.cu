@@ -37,8 +37,6 @@ bool lookahead_enabled() {
 
 }  // namespace
 
-void configure_smem_once(const void* kernel, int bytes) { detail::set_max_dynamic_smem_once(kernel, bytes); }
-
 void launch(const SparseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
   const bool has_extra = params.extra_cache.data != nullptr;
   const int d_qk = params.d_qk;

@@ -49,9 +49,6 @@ struct KernelParams {
   int64_t lse_batch_stride, lse_head_stride;
 };
 
-// Sets `kernel`'s shared-memory opt-in on the current device once (common/device_attributes.h).
-void configure_smem_once(const void* kernel, int bytes);
-
 template <SparseCacheLayout kLayout>
 void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int num_m_blocks, int num_sm_parts,
                    cudaStream_t stream);
