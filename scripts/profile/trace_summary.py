@@ -5,7 +5,7 @@ Layout (src/sm90/dense_decode/trace.cuh): uint32 clock[2 ctas][3 roles][2048 til
 uint64 span[2 ctas][4] (clock64 start, globaltimer start, clock64 end, globaltimer end).
 Prints, per traced CTA, the median clocks of each step of a tile for the scoring and the other
 consumer warpgroup, the tile period and the SM clock rate.
-With P published in parts (Config::kPParts, session 16), s_softmax runs from S retired to the last
+With P published in parts (Config::kPParts), s_softmax runs from S retired to the last
 part written: it includes the first parts' barriers and P V issues and the exponentials done beside
 them; s_pbar and s_issue are the last part's barrier and P V issue.
 Caveat: a clock read right after `bar.sync` (SASS BAR.SYNC.DEFER_BLOCKING) may execute before the

@@ -17,14 +17,14 @@ constexpr int kCombineWarps = 4;  // one query row per CTA, 4 columns per thread
 // times the loads in flight per row, and at most 4 CTAs (rows) per SM. Its CTAs start on the SMs
 // the attention kernel left idle or frees first; with 128 threads up to 16 rows piled onto each of
 // those (b = 1, h_q 128: 128 rows of 64 pieces, 25.1 -> 30.2 us once the grid held only real rows;
-// 23.1 us with four groups, session 10).
+// 23.1 us with four groups; docs/PERF.md).
 constexpr int kCombineGroups = 4;
 constexpr int kMaxCombinePieces = 1024;  // pieces of one request: at most one per part (<= SMs)
 constexpr int kDv = 512;
 constexpr int kRowWarpsPerCta = 8;  // the warp-per-row kernel: 8 rows per CTA
 // From this many rows to merge (an upper bound the host knows), one warp per row: 32x fewer CTAs,
 // all in the first wave. Below it, one CTA per row keeps more loads in flight per row, which rows
-// of many pieces (small batches) need (session 8, fp32 partials: b = 32 h_q 128, 4096 rows of 2-3
+// of many pieces (small batches) need (measured with fp32 partials: b = 32 h_q 128, 4096 rows of 2-3
 // pieces, 144.5 -> 142.0 us; b = 1, 128 rows of 43 pieces, 27.8 -> 38 us with a warp per row).
 constexpr long long kWarpPerRowFrom = 2048;
 
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32 * kCombineGroups) combine_k
   // below has no dependent global load between its o_accum loads, of which 8 per thread are in
   // flight. (Loading each thread's first piece beside the weights took 8 more registers: b = 8
   // then ran three CTAs per SM instead of four, and held at four, fewer loads stayed in flight for
-  // rows of many pieces; session 12.)
+  // rows of many pieces; docs/PERF.md.)
   __shared__ float weight[kMaxCombinePieces];
   __shared__ float row_lse;
   if (threadIdx.x < 32) {

@@ -29,7 +29,7 @@ constexpr int kTileRows = 64;        // query rows per CTA tile (one wgmma M)
 // partial write and its share of the combine). Parts of few tiles are latency-bound and want few,
 // long pieces (FlashMLA's 5 units); parts of many tiles want the tiles spread evenly, and there 5
 // units rounds whole parts away (b = 8, h_q 128, s_k 8192: 17 tiles on 60 of 66 parts instead of
-// 16 on 64; measured 54.3 -> 52.6 us with 3 units, b = 1 unchanged; docs/PERF.md, session 5).
+// 16 on 64; measured 54.3 -> 52.6 us with 3 units, b = 1 unchanged; docs/PERF.md).
 constexpr int kSplitOverheadUnits = 5;
 constexpr int kSplitOverheadUnitsLongParts = 3;
 constexpr int kLongPartTiles = 8;  // tiles per part from which the long-part cost applies

@@ -29,7 +29,7 @@ void fill_random_words(void* dst, size_t bytes, uint64_t seed, cudaStream_t stre
 void gpu_spin(double microseconds, cudaStream_t stream);
 
 // The SM clock the card's power management has set: the H200 holds its 700 W cap by lowering it
-// (session 7, sustained runs: b = 32, h_q 128 at ~1720-1755 MHz, a memory-bound row at 1315-1440 MHz;
+// (measured in sustained runs: b = 32, h_q 128 at ~1720-1755 MHz, a memory-bound row at 1315-1440 MHz;
 // max 1980), so a time means little without it, and NVML's clock and power readings lag by tens of
 // ms. One thread on the stream counts SM cycles against the global timer for a while; launched right
 // after the timed calls, it sees the clock they were given. Inside a tensor-heavy kernel the

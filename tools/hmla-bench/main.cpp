@@ -642,7 +642,7 @@ int run(int argc, char** argv) {
     Stream stream;
     // The rows are timed before the ceilings: right after the ceilings' full-power matmul and
     // streams, the first rows of a sweep ran up to 6 % slower than the same rows timed alone
-    // (H200, session 4), which is the card's state, not the kernel's.
+    // (measured on the H200; docs/PERF.md), which is the card's state, not the kernel's.
     for (size_t i = 0; i < planned; ++i) {
       RowRecord rec;
       rec.row = make_row(i);

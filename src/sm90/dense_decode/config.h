@@ -68,8 +68,8 @@ struct Config {
   // both consumers issue P V on a part as soon as it is published: the tensor pipe then works
   // through the softmax (part q is exponentiated while P V of part q - 1 runs) instead of idling
   // from S to the end of the softmax, which with S and P V is the tile's critical path.
-  // Two parts of 32 keys (session 16): b = 32 h_q 128 133.3 -> 129.5 us. A first part of 16 or
-  // 48 keys, or four parts of 16, measured slower (docs/PERF.md, rows s16).
+  // Two parts of 32 keys: b = 32 h_q 128 measured 133.3 -> 129.5 us. A first part of 16 or
+  // 48 keys, or four parts of 16, measured slower (docs/PERF.md, history).
   static constexpr int kPParts = 2;
   static_assert(kBlockN % (16 * kPParts) == 0 && kPParts <= 4, "P parts are whole wgmma k-steps");
 

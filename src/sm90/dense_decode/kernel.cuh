@@ -170,7 +170,7 @@ constexpr float kLazyMaxMargin = 8.f;
 // columns once its S has retired, and the tile's first P barrier publishes them to both consumers.
 // (Each consumer zeroing its own V half after that barrier needed one more barrier of its own
 // warpgroup on tail tiles only; with that one-sided barrier in a part holding several requests,
-// racecheck reported hazards on the softmax statistics, session 19.)
+// racecheck reported hazards on the softmax statistics; docs/DENSE_DECODE.md, known limits.)
 template <typename Cfg>
 __device__ __forceinline__ void zero_tail_rows(typename Cfg::Element* tile, int valid, int wtid) {
   constexpr int kChunkElems = Cfg::kBlockN * Cfg::kChunkCols;
@@ -480,7 +480,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
             // The last part's P V goes behind the other warpgroup's: that one scores the next tile
             // and can issue its S only once its own P V has retired, which with the two issued
             // together came only when both had; issued behind, this one runs while the other drains
-            // and issues S (b = 32 ~1 % faster, session 16). The other warpgroup reaches this
+            // and issues S (b = 32 ~1 % faster; docs/PERF.md). The other warpgroup reaches this
             // barrier again (tile g + 2) only past the next tile's P barrier, where this one arrives
             // after waiting here, so arrivals of two tiles never mix.
             if constexpr (q + 1 == Cfg::kPParts) dev::named_barrier_sync(kBarrierPvOrder<Cfg> + stage, Cfg::kConsumerThreads);
@@ -537,7 +537,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
       // fp32 to write here and to read in the combine). Stored straight from the accumulator
       // fragment, the output leaves in 4-byte pieces spread over 8 rows per warp instruction,
       // which cost 8-14 us of the short memory-bound rows (measured; 16-bit partials stored that
-      // way made b = 8 and b = 1 7-20 % slower, session 9). Instead each warpgroup stages its 64 x 256 half in shared memory and every
+      // way made b = 8 and b = 1 7-20 % slower; docs/PERF.md). Instead each warpgroup stages its 64 x 256 half in shared memory and every
       // warp stores whole 512-byte row halves. The staging area is this warpgroup's own V half of
       // the last K stage (chunks 4 wg .. 4 wg + 3): no other reader is left once its own P V has
       // retired, so a warpgroup barrier is the only synchronisation needed. Row r, 16-byte group
