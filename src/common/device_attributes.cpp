@@ -55,12 +55,16 @@ void set_max_dynamic_smem_once(const void* kernel, int bytes) {
     }
   }
   if (slot != nullptr && bit != 0 && (slot->devices.load(std::memory_order_acquire) & bit)) return;
+  // The dynamic limit may reach the device's opt-in limit less the kernel's static shared memory.
   int max_optin = 0;
   HMLA_CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > max_optin)
-    throw CudaError("hmla: a kernel needs " + std::to_string(bytes) + " bytes of shared memory, the device allows " +
-                    std::to_string(max_optin));
-  HMLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin));
+  cudaFuncAttributes attributes{};
+  HMLA_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  const int limit = max_optin - static_cast<int>(attributes.sharedSizeBytes);
+  if (bytes > limit)
+    throw CudaError("hmla: a kernel needs " + std::to_string(bytes) + " bytes of dynamic shared memory, the device allows " +
+                    std::to_string(limit));
+  HMLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
   if (slot != nullptr) slot->devices.fetch_or(bit, std::memory_order_acq_rel);
 }
 
