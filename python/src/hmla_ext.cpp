@@ -317,6 +317,18 @@ DenseShape check_dense(const char* fn, const InArray& q, const InArray& k, const
   return s;
 }
 
+// out [batch, s_q, h_q, 512] and lse [batch, h_q, s_q] of either decode family's params.
+template <typename Params, typename Out, typename Lse>
+void set_outputs(Params& p, const Out& out, const Lse& lse) {
+  p.out = static_cast<decltype(p.out)>(out.data());
+  p.out_batch_stride = out.stride(0);
+  p.out_token_stride = out.stride(1);
+  p.out_head_stride = out.stride(2);
+  p.lse = static_cast<float*>(lse.data());
+  p.lse_batch_stride = lse.stride(0);
+  p.lse_head_stride = lse.stride(1);
+}
+
 hmla::DenseDecodeParams dense_params(const DenseShape& s, const InArray& q, const InArray& k,
                                      const InArray& bt, const InArray& sl) {
   hmla::DenseDecodeParams p;
@@ -418,13 +430,7 @@ void dense_run(nb::handle q_obj, nb::handle k_obj, nb::handle bt_obj, nb::handle
   hmla::DenseDecodeParams p = dense_params(s, q, k, bt, sl);
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.causal = causal;
-  p.out = out.data();
-  p.out_batch_stride = out.stride(0);
-  p.out_token_stride = out.stride(1);
-  p.out_head_stride = out.stride(2);
-  p.lse = static_cast<float*>(lse.data());
-  p.lse_batch_stride = lse.stride(0);
-  p.lse_head_stride = lse.stride(1);
+  set_outputs(p, out, lse);
 
   DeviceGuard guard(s.device);
   translate(fn, [&] { hmla::dense_decode_run(p, sched.s, reinterpret_cast<cudaStream_t>(stream)); });
@@ -765,13 +771,7 @@ void sparse_run(nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj, nb::hand
                     ", but this call has " + describe_sparse_plan(p.batch, p.s_q, p.h_q, key));
 
   p.softmax_scale = static_cast<float>(softmax_scale);
-  p.out = static_cast<uint16_t*>(out.data());
-  p.out_batch_stride = out.stride(0);
-  p.out_token_stride = out.stride(1);
-  p.out_head_stride = out.stride(2);
-  p.lse = static_cast<float*>(lse.data());
-  p.lse_batch_stride = lse.stride(0);
-  p.lse_head_stride = lse.stride(1);
+  set_outputs(p, out, lse);
 
   DeviceGuard guard(in.device);
   translate_sparse(fn, [&] { hmla::sparse_decode_run(p, sched.s, reinterpret_cast<cudaStream_t>(stream)); });
