@@ -73,7 +73,7 @@ while IFS= read -r args; do
       bench=/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench
       [ -x "$bench" ] || continue
       # shellcheck disable=SC2086
-      "$bench" $args --no-ceilings --anchors "$anchors" 2>/dev/null | grep -E '^ +[0-9]' | sed "s/^/$name /"
+      "$bench" $args --no-ceilings --anchors "$anchors" 2>/dev/null | grep -E '^ *[0-9a-z_]+ +[0-9]+ .*[|]' | sed "s/^/$name /"
     done
   done
 done <<< "$rows"

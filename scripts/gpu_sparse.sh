@@ -6,7 +6,7 @@
 #   scripts/gpu_sparse.sh [steps]   steps: comma list of tests,densetests,sanitize,bench,compare,dense,python,ab
 #                                   (default: tests,sanitize,bench,python,compare; densetests = a dense
 #                                   subset of the GPU suite; dense = compare.py's dense rows too; ab = the
-#                                   bench's sparse rows with the producers' look-ahead off)
+#                                   bench's sparse rows, this build against HMLA_AB_BASE)
 # Knobs: HMLA_TEST_TIMEOUT, HMLA_SANITIZERS ("memcheck racecheck"), HMLA_SANITIZER_FILTER,
 # HMLA_SANITIZER_TIMEOUT, HMLA_COMPARE_TIMEOUT (seconds).
 # HMLA_BIN=dir: use hmla_gpu_tests, hmla_cpu_tests and hmla-bench from dir (built on the workstation
@@ -79,10 +79,14 @@ if has python; then
   tail -n 15 "$OUT/python_sparse.log"
 fi
 if has ab; then
-  echo "== hmla-bench sparse rows, producers' look-ahead off (A/B with the compare run above)"
-  HMLA_SPARSE_LOOKAHEAD=0 HMLA_ANCHORS=.deps/anchors/flashmla-h200.json timeout "${HMLA_AB_TIMEOUT:-120}" "$B" --sweep default \
-    --only sparse_decode --no-ceilings --json "$OUT/sparse_bench_nolookahead.json" > "$OUT/sparse_bench_nolookahead.log" 2>&1
-  tail -n 18 "$OUT/sparse_bench_nolookahead.log"
+  # HMLA_AB_BASE: a prebuilt hmla-bench named bench_NAME (for example main's, built on the
+  # workstation), timed against this build's row by row on the sparse rows.
+  echo "== A/B: this build against ${HMLA_AB_BASE:?HMLA_AB_BASE names the baseline hmla-bench}"
+  mkdir -p build-gpu/tools/hmla-bench
+  [ "$B" -ef build-gpu/tools/hmla-bench/hmla-bench ] || cp "$B" build-gpu/tools/hmla-bench/hmla-bench
+  HMLA_AB_PREBUILT=1 HMLA_AB_REPS=${HMLA_AB_REPS:-1} HMLA_AB_ROWS="${HMLA_AB_ROWS:---sweep default --only sparse_decode}" \
+    timeout "${HMLA_AB_TIMEOUT:-240}" bash scripts/gpu_ab.sh "$HMLA_AB_BASE" > "$OUT/ab.log" 2>&1 || status=1
+  cat "$OUT/ab.log" | cut -c1-150
 fi
 # The device tool brings back at most 8 files: the logs travel as one archive beside the JSON.
 (cd "$OUT" && tar czf /tmp/logs.tgz --exclude='*.tgz' . && find . -type f -name '*.log' -delete && mv /tmp/logs.tgz logs.tgz)

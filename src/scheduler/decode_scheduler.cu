@@ -12,7 +12,9 @@
 namespace hmla::detail {
 namespace {
 
-constexpr int kPlanThreads = 1024;
+// 512, not 1024: at 1024 threads (64 registers each) the walk below spilled 160 bytes to local
+// memory, each spill a load in its serial chain; at 512 it needs 52 registers.
+constexpr int kPlanThreads = 512;
 
 // The plan in one CTA. Every request costs its units plus a fixed cost per piece it is cut into;
 // parts are filled greedily in request order, each with the same budget (the greedy of
@@ -20,8 +22,10 @@ constexpr int kPlanThreads = 1024;
 //   1. all threads: units of every request into shared memory, their sum -> the per-piece cost;
 //   2. all threads: the exclusive prefix sum C of (units + cost) in place;
 //   3. warp 0: the parts one after another, each finding where its budget ends by a 32-wide search
-//      forward in C (a part usually holds fewer than 32 requests, so one step);
-//   4. all threads: split requests numbered by a second scan.
+//      forward in C (a part usually holds fewer than 32 requests, so one step). The walk touches
+//      shared memory only: a global load in it would cost its latency once per part (~0.3 us);
+//   4. one thread per part: the part's lengths read and its metadata and split count written;
+//   5. all threads: split requests numbered by a second scan.
 // Part p of the greedy covers the stretch [V, E) of the stream of costs, where V is where part p - 1
 // stopped and E = V + budget (less one piece cost when V is inside a request: that piece pays the
 // cost again); a stop inside a request's own fixed cost rounds down to the request's start.
@@ -33,7 +37,8 @@ __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWo
                                                                         int32_t* __restrict__ req_num_splits,
                                                                         int32_t* __restrict__ req_split_base,
                                                                         int32_t* __restrict__ split_list) {
-  extern __shared__ long long cost_prefix[];  // [requests + 1]
+  extern __shared__ long long cost_prefix[];  // [requests + 1], then PartMetadata[num_sm_parts]
+  PartMetadata* walked = reinterpret_cast<PartMetadata*>(cost_prefix + requests + 1);
   using Reduce = cub::BlockReduce<long long, kPlanThreads>;
   using Scan = cub::BlockScan<long long, kPlanThreads>;
   using ScanInt = cub::BlockScan<int, kPlanThreads>;
@@ -104,9 +109,6 @@ __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWo
         meta.begin_unit = mid ? static_cast<int>(at - start - overhead) : 0;
         mid_starts = mid ? mid_starts + 1 : 0;
         meta.begin_split_idx = mid_starts;
-        meta.begin_seqlen = work.main_keys(req);
-        meta.begin_extra_keys = work.extra_keys(req);
-        if (mid && lane == 0) req_num_splits[req] += 1;
         if (last >= requests) {
           meta.end_req = requests - 1;
           meta.end_unit = units_of(requests - 1);
@@ -125,8 +127,22 @@ __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWo
         }
         if (req != meta.begin_req) mid_starts = 0;
       }
-      if (lane == 0) parts[p] = meta;
+      if (lane == 0) walked[p] = meta;
     }
+  }
+  __syncthreads();
+
+  // A request cut n times is begun mid-way by n parts, numbered 1 .. n by begin_split_idx; the last
+  // part that begins in it knows its count.
+  for (int p = threadIdx.x; p < num_sm_parts; p += kPlanThreads) {
+    PartMetadata meta = walked[p];
+    if (meta.begin_req < requests) {
+      meta.begin_seqlen = work.main_keys(meta.begin_req);
+      meta.begin_extra_keys = work.extra_keys(meta.begin_req);
+      const bool last_in_request = p + 1 == num_sm_parts || walked[p + 1].begin_req != meta.begin_req;
+      if (meta.begin_split_idx > 0 && last_in_request) req_num_splits[meta.begin_req] = 1 + meta.begin_split_idx;
+    }
+    parts[p] = meta;
   }
   __syncthreads();
 
@@ -193,7 +209,8 @@ void launch_decode_scheduler(const DecodeWork& work, int requests, int num_sm_pa
   if (requests > kMaxPlanRequests)
     throw CudaError("hmla: a plan holds at most " + std::to_string(kMaxPlanRequests) + " requests, got " +
                     std::to_string(requests));
-  const int smem_bytes = static_cast<int>(sizeof(long long)) * (requests + 1);
+  const int smem_bytes =
+      static_cast<int>(sizeof(long long) * (requests + 1) + sizeof(PartMetadata) * num_sm_parts);
   if (smem_bytes > 48 * 1024)
     set_max_dynamic_smem_once(reinterpret_cast<const void*>(decode_scheduler_kernel), smem_bytes);
   auto* base = static_cast<char*>(workspace);

@@ -3,11 +3,12 @@
 //
 // One CTA = one (work range, query tile of 64 heads). A request is one query token; its keys are
 // the tokens its index lists name, gathered 64 at a time into a bf16 K tile.
-//   warpgroup 0: producers. Two groups of two warps fill the two K stages in turn (group g always
-//     fills stage g): each thread gathers 16-byte pieces of FP8 rows, dequantises them on the CUDA
-//     cores and stores bf16 into the 128-byte-swizzled layout wgmma reads. Two independent groups
-//     keep two tiles' gathers in flight, so a tile's index load and row loads (two dependent trips
-//     to memory) overlap the other stage's math.
+//   warpgroup 0: producers. Each tile is gathered by all four warps, 16 tokens each: a thread
+//     loads 16-byte pieces of FP8 rows into registers, dequantises them on the CUDA cores and
+//     stores bf16 into the 128-byte-swizzled layout wgmma reads. A warp issues every load of its
+//     share of a tile before it waits for the tile's stage, and locates (loads the indices of) and
+//     asks into L2 the two tiles after it, so the loads find their rows in L2 and a tile's memory
+//     latency overlaps the math on the other stage.
 //   warpgroup 1: the scorer. S = Q K^T over d_qk, the online softmax, P to shared memory, then
 //     P V for output columns [0, 256). It also loads each request's Q with TMA.
 //   warpgroup 2: P V for output columns [256, 512).
@@ -36,17 +37,16 @@ struct CacheFormat<SparseCacheLayout::kV32> {
   static constexpr int kNope = 512;          // e4m3 values
   static constexpr int kTokenStride = 656;   // token t at page + t * 656
   static constexpr int kRopeOffset = 528;    // after the NoPE values and 4 float32 scales
-  static constexpr int kScalePieces = 8;     // 16-value pieces per scale (128 values)
+  static constexpr int kScaleWords = 4;      // 4-byte words of a token's scales: 4 float32
   static constexpr int kDataBytes = 656;     // a token's bytes from its start, scales included
   static constexpr bool kScalesApart = false;
   // Byte offset of token `offset`'s scales from its page: inside the token, after the NoPE values.
   __host__ __device__ static int64_t scale_offset(int /*page_size*/, int offset) {
     return static_cast<int64_t>(offset) * kTokenStride + kNope;
   }
-  // The scale of NoPE piece `piece` (values [16 piece, 16 piece + 16)).
-  __device__ static float load_scale(const uint8_t* scales, int piece) {
-    return __ldg(reinterpret_cast<const float*>(scales) + piece / kScalePieces);
-  }
+  // The scale of NoPE piece `piece` (values [16 piece, 16 piece + 16)): one float per 128 values.
+  __device__ static int scale_word_of_piece(int piece) { return piece / 8; }
+  __device__ static float scale_of_piece(uint32_t word, int /*piece*/) { return __uint_as_float(word); }
 };
 
 template <>
@@ -55,15 +55,17 @@ struct CacheFormat<SparseCacheLayout::kModel1> {
   static constexpr int kNope = 448;
   static constexpr int kTokenStride = 576;   // token t's data at page + t * 576
   static constexpr int kRopeOffset = 448;
-  static constexpr int kScalePieces = 4;     // 64 values per UE8M0 scale
+  static constexpr int kScaleWords = 2;      // 7 UE8M0 bytes, padded to 8
   static constexpr int kDataBytes = 576;     // NoPE and RoPE; the scales sit apart
   static constexpr bool kScalesApart = true;
   // The scales of every token follow the page's token data, 8 bytes per token.
   __host__ __device__ static int64_t scale_offset(int page_size, int offset) {
     return static_cast<int64_t>(page_size) * kTokenStride + static_cast<int64_t>(offset) * 8;
   }
-  __device__ static float load_scale(const uint8_t* scales, int piece) {
-    return dev::ue8m0_to_float(__ldg(scales + piece / kScalePieces));
+  // One UE8M0 byte per 64 values: byte (piece / 4) % 4 of word piece / 16.
+  __device__ static int scale_word_of_piece(int piece) { return piece / 16; }
+  __device__ static float scale_of_piece(uint32_t word, int piece) {
+    return dev::ue8m0_to_float(word >> (8 * ((piece / 4) % 4)));
   }
 };
 
@@ -78,11 +80,12 @@ struct Config {
   static constexpr int kChunkCols = 64;  // 128-byte swizzle span
   static constexpr int kChunks = kHeadDim / kChunkCols;
   static constexpr int kStages = 2;
-  static constexpr int kProducerGroups = kStages;  // group g fills stage g
-  static constexpr int kProducerWarpsPerGroup = 2;
-  static constexpr int kTokensPerProducerWarp = kBlockN / kProducerWarpsPerGroup;  // one per lane
-  static constexpr int kTokensPerRound = 4;  // tokens per round of loads (two rounds in flight)
-  static constexpr int kProducerGroupThreads = 32 * kProducerWarpsPerGroup;
+  static constexpr int kProducerWarps = 4;
+  // A warp's share of a tile, all of whose loads are in its registers at once: 16 NoPE pieces,
+  // 4 RoPE pieces and 1-2 scale words per lane (~84 registers).
+  static constexpr int kTokensPerProducerWarp = kBlockN / kProducerWarps;
+  static constexpr int kProducerThreads = 32 * kProducerWarps;
+  static constexpr int kTilesLocatedAhead = 2;  // tiles whose rows are asked into L2 before they load
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
   // setmaxnreg moves registers between warpgroups inside the CTA's launch allocation: 384 threads
@@ -95,7 +98,9 @@ struct Config {
   static_assert(kProducerRegs + kScorerRegs + kHelperRegs <= 3 * kLaunchRegs, "setmaxnreg: more registers than the CTA has");
   static constexpr int kNopePieces = Format::kNope / 16;  // 16-byte e4m3 pieces per token
   static constexpr int kRopePieces = 8;                    // 16-byte bf16 pieces per token
-  static_assert(kTokensPerRound * kRopePieces % 32 == 0, "whole RoPE pieces per lane");
+  static_assert(kTokensPerProducerWarp * kRopePieces % 32 == 0, "whole RoPE pieces per lane");
+  static_assert(kTokensPerProducerWarp * Format::kScaleWords % 32 == 0, "whole scale words per lane");
+  static_assert(kTokensPerProducerWarp <= 32, "one token's addresses per lane");
   static_assert(kNopePieces <= 32, "one NoPE piece per lane");
   static_assert(Format::kNope + 64 == kHeadDim && Format::kNope % kChunkCols == 0, "RoPE is the last chunk");
 
@@ -123,7 +128,7 @@ struct Config {
     float row_scale[kBlockM];  // exp2(old max - new max) of the tile P belongs to
     float row_sum[kBlockM];    // a request's softmax denominator, at its last tile
     float row_max[kBlockM];    // and its running max (log2 domain)
-    uint32_t valid[kStages][kProducerWarpsPerGroup];  // bit t of word w: token 32 w + t is a key
+    alignas(16) uint32_t valid[kStages][kProducerWarps];  // bit t of word w: token 16 w + t is a key
     uint64_t q_full;
     uint64_t k_full[kStages];
     uint64_t k_empty[kStages];

@@ -70,14 +70,24 @@ __device__ __forceinline__ uint4 ldg_nc_u128(const uint8_t* p) {
   return v;
 }
 
-// One warp gathers 32 tokens (rows row0 .. row0 + 31 of the tile) of one index list. Lane t owns
-// token t's index; every lane then loads one 16-byte NoPE piece of each token (a warp reads a
-// token's NoPE bytes in one coalesced access), and the RoPE pieces are spread 2 per lane.
-// Tokens whose index is invalid are never read: their rows are zero and their bit is clear.
+__device__ __forceinline__ uint32_t ldg_nc_u32(const uint8_t* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ const uint8_t* shfl_ptr(const uint8_t* p, int lane) {
+  return reinterpret_cast<const uint8_t*>(
+      __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(p), lane));
+}
+
+// A warp's share of one tile: tokens row0 .. row0 + 15 of one index list. Lane t < 16 holds token
+// t's addresses. Tokens whose index is invalid have none and are never read: their rows are stored
+// as zeros and their bit is clear.
 struct TokenSlots {
-  int64_t data;    // lane t: byte offset of token t's data in the cache (0 if invalid)
-  int64_t scales;  // and of its scales
-  uint32_t valid;  // bit t: token t is a key
+  const uint8_t* data;    // lane t: token t's first byte (its NoPE values; RoPE at kRopeOffset)
+  const uint8_t* scales;  // lane t: token t's scales
+  uint32_t valid;         // bit t: token t is a key (the same in every lane)
 };
 
 template <typename Cfg>
@@ -85,77 +95,84 @@ __device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache
                                                     int keys, int lane) {
   using Format = typename Cfg::Format;
   const int pos = first + lane;
-  const int index = pos < keys ? __ldg(list + pos) : -1;
+  const int index = lane < Cfg::kTokensPerProducerWarp && pos < keys ? __ldg(list + pos) : -1;
   const bool valid = index >= 0 && static_cast<int64_t>(index) < cache.num_slots;
-  TokenSlots t{0, 0, __ballot_sync(0xffffffffu, valid)};
+  TokenSlots t{nullptr, nullptr, __ballot_sync(0xffffffffu, valid)};
   if (valid) {
     const int page = index / cache.page_size;
     const int offset = index - page * cache.page_size;
-    const int64_t page_start = static_cast<int64_t>(page) * cache.block_stride_bytes;
+    const uint8_t* page_start = cache.data + static_cast<int64_t>(page) * cache.block_stride_bytes;
     t.data = page_start + static_cast<int64_t>(offset) * Format::kTokenStride;
     t.scales = page_start + Format::scale_offset(cache.page_size, offset);
-    // Every token of the warp is asked into L2 at once: the rounds below then find their rows in
-    // L2, instead of waiting for HBM once per round (a round holds only a few tokens' loads).
-    dev::prefetch_l2(cache.data + t.data, Format::kDataBytes);
-    if constexpr (Format::kScalesApart) dev::prefetch_l2(cache.data + (t.scales & ~int64_t{15}), 16);
+    // Asked into L2 now, loaded into registers two tiles later: the loads then wait for L2, not
+    // for HBM.
+    dev::prefetch_l2(t.data, Format::kDataBytes);
+    if constexpr (Format::kScalesApart)
+      dev::prefetch_l2(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(t.scales) & ~uintptr_t{15}), 16);
   }
   return t;
 }
 
-// The loads of one round of kTokensPerRound tokens, in registers until they are stored.
+// All of a warp's loads of one tile, in registers until they are stored. Lane L loads NoPE piece
+// L (16 values) of every token, so a warp reads a token's NoPE bytes in one coalesced access; the
+// RoPE pieces are spread 4 per lane, and the scale words 1-2 per lane, each handed by shuffle to
+// the lanes whose pieces it scales.
 template <typename Cfg>
-struct GatherRound {
-  uint4 nope[Cfg::kTokensPerRound];
-  float scale[Cfg::kTokensPerRound];
-  // RoPE: 8 pieces per token, one per lane per group of 4 tokens.
-  static constexpr int kRopePerLane = Cfg::kTokensPerRound * Cfg::kRopePieces / 32;
+struct TileRows {
+  using Format = typename Cfg::Format;
+  static constexpr int kTokens = Cfg::kTokensPerProducerWarp;
+  static constexpr int kRopePerLane = kTokens * Cfg::kRopePieces / 32;
+  static constexpr int kTokensPerScaleReg = 32 / Format::kScaleWords;
+  static constexpr int kScaleRegs = kTokens / kTokensPerScaleReg;
+  uint4 nope[kTokens];
   uint4 rope[kRopePerLane];
+  uint32_t scale_words[kScaleRegs];  // word lane % kScaleWords of token lane / kScaleWords + kTokensPerScaleReg j
+  uint32_t valid;
 
-  __device__ __forceinline__ void load(const SparseCacheView& cache, const TokenSlots& slots, int round, int lane) {
-    using Format = typename Cfg::Format;
+  __device__ __forceinline__ void load(const TokenSlots& slots, int lane) {
+    valid = slots.valid;
 #pragma unroll
-    for (int i = 0; i < Cfg::kTokensPerRound; ++i) {
-      const int t = round * Cfg::kTokensPerRound + i;
-      const int64_t d = __shfl_sync(0xffffffffu, slots.data, t);
-      const int64_t s = __shfl_sync(0xffffffffu, slots.scales, t);
+    for (int i = 0; i < kTokens; ++i) {
+      const uint8_t* d = shfl_ptr(slots.data, i);
       nope[i] = make_uint4(0, 0, 0, 0);
-      scale[i] = 0.f;
-      if (((slots.valid >> t) & 1u) && lane < Cfg::kNopePieces) {
-        nope[i] = ldg_nc_u128(cache.data + d + 16 * lane);
-        scale[i] = Format::load_scale(cache.data + s, lane);
-      }
+      if (((valid >> i) & 1u) && lane < Cfg::kNopePieces) nope[i] = ldg_nc_u128(d + 16 * lane);
     }
 #pragma unroll
     for (int j = 0; j < kRopePerLane; ++j) {
-      const int t = round * Cfg::kTokensPerRound + lane / 8 + 4 * j;
-      const int64_t d = __shfl_sync(0xffffffffu, slots.data, t);
+      const int t = lane / 8 + 4 * j;
+      const uint8_t* d = shfl_ptr(slots.data, t);
       rope[j] = make_uint4(0, 0, 0, 0);
-      if ((slots.valid >> t) & 1u) rope[j] = ldg_nc_u128(cache.data + d + Format::kRopeOffset + 16 * (lane % 8));
+      if ((valid >> t) & 1u) rope[j] = ldg_nc_u128(d + Format::kRopeOffset + 16 * (lane % 8));
+    }
+#pragma unroll
+    for (int j = 0; j < kScaleRegs; ++j) {
+      const int t = lane / Format::kScaleWords + kTokensPerScaleReg * j;
+      const uint8_t* s = shfl_ptr(slots.scales, t);
+      scale_words[j] = 0u;  // an invalid token's values are 0 and stay 0
+      if ((valid >> t) & 1u) scale_words[j] = ldg_nc_u32(s + 4 * (lane % Format::kScaleWords));
     }
   }
 
-  __device__ __forceinline__ void store(uint32_t tile, int row0, int round, int lane) const {
-    using Format = typename Cfg::Format;
+  __device__ __forceinline__ void store(uint32_t tile, int row0, int lane) const {
     // Lanes that store two groups of the same 128-byte row segment at once would share banks: lanes
     // whose piece lies in an odd chunk store their high half first, so each store instruction covers
     // all eight groups of a row segment.
     const bool odd_chunk = (lane / 4) & 1;
-    if (lane < Cfg::kNopePieces) {
+    const int group = 2 * (lane % 4);
 #pragma unroll
-      for (int i = 0; i < Cfg::kTokensPerRound; ++i) {
-        const int row = row0 + round * Cfg::kTokensPerRound + i;
+    for (int i = 0; i < kTokens; ++i) {
+      const int source = (i % kTokensPerScaleReg) * Format::kScaleWords + Format::scale_word_of_piece(lane);
+      const uint32_t word = __shfl_sync(0xffffffffu, scale_words[i / kTokensPerScaleReg], source);
+      if (lane < Cfg::kNopePieces) {
         uint4 lo, hi;
-        dev::dequant16_e4m3_to_bf16(nope[i], scale[i], lo, hi);
-        const int group = 2 * (lane % 4);
-        st_swizzled(tile, lane / 4, row, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo);
-        st_swizzled(tile, lane / 4, row, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi);
+        dev::dequant16_e4m3_to_bf16(nope[i], Format::scale_of_piece(word, lane), lo, hi);
+        st_swizzled(tile, lane / 4, row0 + i, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo);
+        st_swizzled(tile, lane / 4, row0 + i, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi);
       }
     }
 #pragma unroll
-    for (int j = 0; j < kRopePerLane; ++j) {
-      const int row = row0 + round * Cfg::kTokensPerRound + lane / 8 + 4 * j;
-      st_swizzled(tile, Format::kNope / Cfg::kChunkCols, row, lane % 8, rope[j]);
-    }
+    for (int j = 0; j < kRopePerLane; ++j)
+      st_swizzled(tile, Format::kNope / Cfg::kChunkCols, row0 + lane / 8 + 4 * j, lane % 8, rope[j]);
   }
 };
 
@@ -201,45 +218,46 @@ struct TileCursor {
   }
 };
 
-// Group g gathers the CTA's tiles g, g + 2, g + 4, ... into stage g. With look-ahead, the group's
-// next tile is located (its indices loaded) and asked into L2 as soon as the current one is stored,
-// so the next tile's rows come from L2 and its indices are at hand when its stage frees.
-template <typename Cfg, bool kLookahead>
+// The producers gather the CTA's tiles in order, tile n into stage n % 2. While tile n's loads are
+// in flight, tile n + 2 is located; tile n + 1 was located (and asked into L2) a tile earlier.
+template <typename Cfg>
 __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
                               const detail::PartMetadata& meta) {
-  constexpr int kRounds = Cfg::kTokensPerProducerWarp / Cfg::kTokensPerRound;
-  const int group = (threadIdx.x / 32) / Cfg::kProducerWarpsPerGroup;  // fills stage `group`
-  const int warp_in_group = (threadIdx.x / 32) % Cfg::kProducerWarpsPerGroup;
+  const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int row0 = warp_in_group * Cfg::kTokensPerProducerWarp;
-  const uint32_t tile = dev::smem_addr(smem.k[group]);
+  const int row0 = warp * Cfg::kTokensPerProducerWarp;
+  static_assert(Cfg::kTilesLocatedAhead == 2, "the loop below keeps two located tiles");
   TileCursor cur;
   cur.start(p, meta);
-  for (int i = 0; i < group; ++i) cur.next(p, meta);
-  TokenSlots slots{};
-  if (kLookahead && !cur.done(meta)) slots = cur.locate<Cfg>(p, row0, lane);
-  for (int n = 0; !cur.done(meta); ++n) {
-    if (!kLookahead) slots = cur.locate<Cfg>(p, row0, lane);
-    const SparseCacheView& cache = cur.cache(p);
-    // The first round's row loads go out before the wait for the stage: they only fill registers.
-    GatherRound<Cfg> current;
-    current.load(cache, slots, 0, lane);
-    TileCursor ahead = cur;
-    for (int i = 0; i < Cfg::kStages; ++i) ahead.next(p, meta);
-    dev::mbar_wait(&smem.k_empty[group], (n & 1) ^ 1);
-#pragma unroll
-    for (int round = 0; round < kRounds; ++round) {
-      // Round + 1's loads are in flight while round's values are dequantised and stored.
-      GatherRound<Cfg> next;
-      if (round + 1 < kRounds) next.load(cache, slots, round + 1, lane);
-      current.store(tile, row0, round, lane);
-      if (round + 1 < kRounds) current = next;
+  // Tiles n and n + 1, located (named registers, not an array: a runtime index would put it in
+  // local memory).
+  TokenSlots first{}, second{};
+  bool have_first = !cur.done(meta);
+  if (have_first) {
+    first = cur.locate<Cfg>(p, row0, lane);
+    cur.next(p, meta);
+  }
+  bool have_second = !cur.done(meta);
+  if (have_second) {
+    second = cur.locate<Cfg>(p, row0, lane);
+    cur.next(p, meta);
+  }
+  for (int n = 0; have_first; ++n) {
+    const int stage = n % Cfg::kStages;
+    TileRows<Cfg> rows;
+    rows.load(first, lane);
+    first = second;
+    have_first = have_second;
+    have_second = !cur.done(meta);
+    if (have_second) {
+      second = cur.locate<Cfg>(p, row0, lane);
+      cur.next(p, meta);
     }
-    if (lane == 0) smem.valid[group][warp_in_group] = slots.valid;
+    dev::mbar_wait(&smem.k_empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
+    rows.store(dev::smem_addr(smem.k[stage]), row0, lane);
+    if (lane == 0) smem.valid[stage][warp] = rows.valid;
     dev::fence_proxy_async_smem();  // the generic stores above are read by wgmma next
-    dev::mbar_arrive(&smem.k_full[group]);
-    cur = ahead;
-    if (kLookahead && !cur.done(meta)) slots = cur.locate<Cfg>(p, row0, lane);
+    dev::mbar_arrive(&smem.k_full[stage]);
   }
 }
 
@@ -406,8 +424,10 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
         }
 
         // Scores of invalid tokens are -inf: those rows of K are zero, which would score 0.
-        const uint2 words = *reinterpret_cast<const uint2*>(smem.valid[stage]);
-        const uint64_t valid = static_cast<uint64_t>(words.x) | (static_cast<uint64_t>(words.y) << 32);
+        static_assert(Cfg::kProducerWarps == 4 && Cfg::kTokensPerProducerWarp == 16, "valid words of 16 bits");
+        const uint4 words = *reinterpret_cast<const uint4*>(smem.valid[stage]);
+        const uint64_t valid = static_cast<uint64_t>(words.x) | (static_cast<uint64_t>(words.y) << 16) |
+                               (static_cast<uint64_t>(words.z) << 32) | (static_cast<uint64_t>(words.w) << 48);
         float tile_max[2] = {-INFINITY, -INFINITY};
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
@@ -521,7 +541,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     dev::tma_prefetch_descriptor(&q_map);
     dev::mbar_init(&smem.q_full, 1);
     for (int s = 0; s < Cfg::kStages; ++s) {
-      dev::mbar_init(&smem.k_full[s], Cfg::kProducerGroupThreads);
+      dev::mbar_init(&smem.k_full[s], Cfg::kProducerThreads);
       dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
     }
     dev::fence_barrier_init();
@@ -543,10 +563,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (warpgroup == 0) {
     dev::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    if (p.lookahead)
-      producer_loop<Cfg, true>(smem, p, meta);
-    else
-      producer_loop<Cfg, false>(smem, p, meta);
+    producer_loop<Cfg>(smem, p, meta);
   } else if (warpgroup == 1) {
     dev::warpgroup_reg_alloc<Cfg::kScorerRegs>();
     scorer_loop<Cfg>(smem, p, &q_map, meta, m);

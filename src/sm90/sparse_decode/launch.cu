@@ -3,7 +3,6 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
-#include <cstdlib>
 
 #include "common/cuda_check.h"
 #include "common/device_attributes.h"
@@ -23,16 +22,6 @@ SparseCacheView view_of(const SparseKVCache& c) {
   v.page_size = c.page_size > 0 ? c.page_size : 1;
   v.block_stride_bytes = c.block_stride_bytes;
   return v;
-}
-
-// HMLA_SPARSE_LOOKAHEAD=0 turns the producers' look-ahead off (read once per process): a knob for
-// measurements, not an interface.
-bool lookahead_enabled() {
-  static const bool enabled = [] {
-    const char* text = std::getenv("HMLA_SPARSE_LOOKAHEAD");
-    return text == nullptr || std::atoi(text) != 0;
-  }();
-  return enabled;
 }
 
 }  // namespace
@@ -59,7 +48,6 @@ void launch(const SparseDecodeParams& params, const DecodeSchedule& schedule, cu
   const float scale = params.softmax_scale > 0.f ? params.softmax_scale : 1.f / std::sqrt(static_cast<float>(d_qk));
   kp.scale_log2 = scale * 1.4426950408889634f;
   kp.q_box_rows = box_rows;
-  kp.lookahead = lookahead_enabled();
   kp.q_tile_bytes = static_cast<uint32_t>(chunks * 64 * box_rows * 2);
   kp.work.tokens_per_batch = params.s_q;
   kp.work.topk = params.topk;

@@ -27,7 +27,6 @@ struct KernelParams {
   int h_q;
   float scale_log2;  // softmax_scale * log2(e): scores are exponentiated with exp2
   int q_box_rows;    // heads per Q TMA box: min(h_q, 64)
-  bool lookahead;    // producers locate and prefetch their next tile early (HMLA_SPARSE_LOOKAHEAD)
   uint32_t q_tile_bytes;
   detail::DecodeWork work;
   SparseCacheView cache;
