@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hmla/merge.h"
 #include "hmla/params.h"
 
 namespace hmla::reference {
@@ -51,6 +52,12 @@ void unpack_token(SparseCacheLayout layout, const uint8_t* page, int page_size, 
 void dense_decode(const DenseDecodeParams& params, float* out_f32 = nullptr);
 void sparse_decode(const SparseDecodeParams& params, float* out_f32 = nullptr);
 void sparse_prefill(const SparsePrefillParams& params, float* out_f32 = nullptr);
+
+// Merging partial attention results (hmla/merge.h), every pointer to host memory: per row, the
+// states with a finite lse (a NaN one makes the row NaN), lse = log(sum_s exp(lse_s)) and
+// out = sum_s exp(lse_s - lse) * out_s in float64; no such state: out 0, lse +inf. The output may be
+// a state's own buffers (in place). out_f32 is [batch, s_q, h, d_v], densely packed.
+void merge_attention_states(const MergeAttentionParams& params, float* out_f32 = nullptr);
 
 // The float64 results before any rounding, for tests that check the reference itself. Every
 // pointer is optional and densely packed: out in out_f32's shape, lse [batch, h_q, s_q] for the

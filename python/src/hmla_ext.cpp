@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "hmla/dense_decode.h"
+#include "hmla/merge.h"
 #include "hmla/params.h"
 #include "hmla/reference.h"
 #include "hmla/sparse_decode.h"
@@ -814,6 +815,91 @@ void check_sparse_prefill_args(nb::handle q_obj, nb::handle kv_obj, nb::handle i
 }
 
 // ---------------------------------------------------------------------------------------------
+// merge_attention_states: n partial results (out [batch, s_q, h, d_v] bf16/fp16 with a contiguous
+// last dimension, lse [batch, h, s_q] float32, any other strides) into out / lse (lse may be None).
+
+void merge_states(nb::sequence out_objs, nb::sequence lse_objs, nb::handle out_obj, nb::handle lse_obj,
+                  uintptr_t stream) {
+  const char* fn = "merge_attention_states";
+  const size_t n = nb::len(out_objs);
+  if (nb::len(lse_objs) != n)
+    raise_value(fn, "lses", "holds " + std::to_string(nb::len(lse_objs)) + " arrays, but outs holds " +
+                                std::to_string(n) + " (one lse per out)");
+  if (n < 1 || n > static_cast<size_t>(hmla::kMaxMergeStates))
+    raise_value(fn, "outs", "holds " + std::to_string(n) + " arrays, expected 1.." +
+                                std::to_string(hmla::kMaxMergeStates));
+  int device = -1;
+  std::vector<InArray> outs, lses;
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string out_name = "outs[" + std::to_string(i) + "]";
+    const std::string lse_name = "lses[" + std::to_string(i) + "]";
+    const nb::object out_item = out_objs[i], lse_item = lse_objs[i];
+    InArray o = import_array<InArray>(out_item, fn, out_name.c_str());
+    InArray l = import_array<InArray>(lse_item, fn, lse_name.c_str());
+    check_dtype(fn, out_name.c_str(), o, {dt(kCodeBfloat, 16), dt(kCodeFloat, 16)}, "bfloat16 or float16");
+    if (i > 0 && !(o.dtype() == outs[0].dtype()))
+      raise_type(fn, out_name.c_str(), "has dtype " + dtype_name(o.dtype()) + ", but outs[0] has dtype " +
+                                           dtype_name(outs[0].dtype()));
+    check_dtype(fn, lse_name.c_str(), l, {dt(kCodeFloat, 32)}, "float32");
+    check_device(fn, out_name.c_str(), o, true, &device);
+    check_device(fn, lse_name.c_str(), l, true, &device);
+    check_ndim(fn, out_name.c_str(), o, 4, "[batch, s_q, h, d_v]");
+    if (i == 0) shape = {static_cast<int64_t>(o.shape(0)), static_cast<int64_t>(o.shape(1)),
+                         static_cast<int64_t>(o.shape(2)), static_cast<int64_t>(o.shape(3))};
+    check_shape(fn, out_name.c_str(), o, {shape[0], shape[1], shape[2], shape[3]}, "[batch, s_q, h, d_v] of outs[0]");
+    check_shape(fn, lse_name.c_str(), l, {shape[0], shape[2], shape[1]}, "[batch, h, s_q]");
+    check_last_dim_contiguous(fn, out_name.c_str(), o);
+    outs.push_back(o);
+    lses.push_back(l);
+  }
+  OutArray out = import_array<OutArray>(out_obj, fn, "out");
+  if (!(out.dtype() == outs[0].dtype()))
+    raise_type(fn, "out", "has dtype " + dtype_name(out.dtype()) + ", expected outs[0]'s " + dtype_name(outs[0].dtype()));
+  check_device(fn, "out", out, true, &device);
+  check_shape(fn, "out", out, {shape[0], shape[1], shape[2], shape[3]}, "[batch, s_q, h, d_v] of outs[0]");
+  check_last_dim_contiguous(fn, "out", out);
+
+  hmla::MergeAttentionParams p;
+  p.dtype = is(outs[0].dtype(), kCodeBfloat, 16) ? hmla::DType::kBF16 : hmla::DType::kFP16;
+  p.batch = to_int(fn, "outs[0]", outs[0].shape(0), "batch");
+  p.s_q = to_int(fn, "outs[0]", outs[0].shape(1), "s_q");
+  p.h = to_int(fn, "outs[0]", outs[0].shape(2), "h");
+  p.d_v = to_int(fn, "outs[0]", outs[0].shape(3), "d_v");
+  std::vector<hmla::AttentionState> states(n);
+  for (size_t i = 0; i < n; ++i) {
+    hmla::AttentionState& st = states[i];
+    st.out = outs[i].data();
+    st.out_batch_stride = outs[i].stride(0);
+    st.out_token_stride = outs[i].stride(1);
+    st.out_head_stride = outs[i].stride(2);
+    st.lse = static_cast<const float*>(lses[i].data());
+    st.lse_batch_stride = lses[i].stride(0);
+    st.lse_head_stride = lses[i].stride(1);
+    st.lse_token_stride = lses[i].stride(2);
+  }
+  p.num_states = static_cast<int>(n);
+  p.states = states.data();
+  p.output.out = out.data();
+  p.output.out_batch_stride = out.stride(0);
+  p.output.out_token_stride = out.stride(1);
+  p.output.out_head_stride = out.stride(2);
+  OutArray lse;
+  if (!lse_obj.is_none()) {
+    lse = import_array<OutArray>(lse_obj, fn, "lse");
+    check_dtype(fn, "lse", lse, {dt(kCodeFloat, 32)}, "float32");
+    check_device(fn, "lse", lse, true, &device);
+    check_shape(fn, "lse", lse, {shape[0], shape[2], shape[1]}, "[batch, h, s_q]");
+    p.output.lse = static_cast<float*>(lse.data());
+    p.output.lse_batch_stride = lse.stride(0);
+    p.output.lse_head_stride = lse.stride(1);
+    p.output.lse_token_stride = lse.stride(2);
+  }
+  DeviceGuard guard(device);
+  translate(fn, [&] { hmla::merge_attention_states(p, reinterpret_cast<cudaStream_t>(stream)); });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Host helpers over the CPU reference: FP8 cache pack/unpack, float32 -> bf16.
 
 hmla::SparseCacheLayout layout_of(int layout) {
@@ -940,6 +1026,10 @@ NB_MODULE(_C, m) {
   m.def("check_sparse_prefill_args", &check_sparse_prefill_args, nb::arg("q"), nb::arg("kv"), nb::arg("indices"),
         nb::arg("d_v"), nb::arg("attn_sink").none(), nb::arg("topk_length").none(), nb::arg("indexer_topk"),
         nb::arg("require_cuda"));
+
+  m.def("merge_attention_states", &merge_states, nb::arg("outs"), nb::arg("lses"), nb::arg("out"),
+        nb::arg("lse").none(), nb::arg("stream"));
+  m.attr("MAX_MERGE_STATES") = hmla::kMaxMergeStates;
 
   m.def("pack_pages", &pack_pages, nb::arg("tokens"), nb::arg("pages"), nb::arg("layout"));
   m.def("unpack_pages", &unpack_pages, nb::arg("pages"), nb::arg("tokens"), nb::arg("layout"));

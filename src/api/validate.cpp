@@ -15,6 +15,7 @@
 #include <string>
 
 #include "hmla/dense_decode.h"
+#include "hmla/merge.h"
 #include "hmla/reference.h"
 #include "hmla/sparse_decode.h"
 #include "hmla/types.h"
@@ -145,14 +146,27 @@ void check_token_head_tensor(const char* where, const char* tensor, const void* 
   check_no_overlap(where, tensor, dims, 3, row_elems);
 }
 
-// lse [batch, h_q, s_q] float32, s_q contiguous.
+// A [batch, h, s_q] float32 LSE tensor; the stride fields are named <tensor>_batch_stride,
+// <tensor>_head_stride, <tensor>_token_stride.
+void check_lse_tensor(const char* where, const char* tensor, const float* lse, int batch, int s_q, int h,
+                      int64_t batch_stride, int64_t head_stride, int64_t token_stride) {
+  const std::string batch_name = std::string(tensor) + "_batch_stride";
+  const std::string head_name = std::string(tensor) + "_head_stride";
+  const std::string token_name = std::string(tensor) + "_token_stride";
+  check_pointer(where, tensor, lse, alignof(float));
+  check_at_least(where, batch_name.c_str(), batch_stride, 0);
+  check_at_least(where, head_name.c_str(), head_stride, 0);
+  check_at_least(where, token_name.c_str(), token_stride, 0);
+  Dim dims[] = {{token_name.c_str(), s_q, token_stride},
+                {head_name.c_str(), h, head_stride},
+                {batch_name.c_str(), batch, batch_stride}};
+  check_no_overlap(where, tensor, dims, 3, 1);
+}
+
+// lse [batch, h_q, s_q] float32 of the decode kernels, s_q contiguous.
 void check_lse(const char* where, const float* lse, int batch, int s_q, int h_q, int64_t batch_stride,
                int64_t head_stride) {
-  check_pointer(where, "lse", lse, alignof(float));
-  check_at_least(where, "lse_batch_stride", batch_stride, 0);
-  check_at_least(where, "lse_head_stride", head_stride, 0);
-  Dim dims[] = {{"lse_head_stride", h_q, head_stride}, {"lse_batch_stride", batch, batch_stride}};
-  check_no_overlap(where, "lse", dims, 2, s_q);
+  check_lse_tensor(where, "lse", lse, batch, s_q, h_q, batch_stride, head_stride, 1);
 }
 
 void check_softmax_scale(const char* where, float scale) {
@@ -399,6 +413,78 @@ void validate(const SparseDecodeParams& p) {
 
   // ---- lse [batch, h_q, s_q] float32, s_q contiguous
   check_lse(where, p.lse, p.batch, p.s_q, p.h_q, p.lse_batch_stride, p.lse_head_stride);
+}
+
+void validate(const MergeAttentionParams& p) {
+  const char* where = detail::kMergeWhere;
+
+  // ---- dtype and shape
+  if (p.dtype != DType::kBF16 && p.dtype != DType::kFP16) {
+    fail(where, "dtype", "DType(" + str(static_cast<int32_t>(p.dtype)) + ")",
+         "bf16 (DType::kBF16) or fp16 (DType::kFP16)");
+  }
+  check_at_least(where, "batch", p.batch, 1);
+  check_at_least(where, "s_q", p.s_q, 1);
+  check_at_least(where, "h", p.h, 1);
+  const int64_t rows = sat_mul(sat_mul(p.batch, p.s_q), p.h);
+  if (rows > detail::kMaxMergeRows) {
+    fail(where, "batch", str(p.batch) + " (batch * s_q * h = " + str(rows) + ")",
+         "batch * s_q * h <= " + str(detail::kMaxMergeRows));
+  }
+  const int64_t vector_elems = kVectorBytes / kHalfBytes;
+  if (p.d_v < vector_elems || p.d_v % vector_elems != 0) {
+    fail(where, "d_v", str(p.d_v), "a positive multiple of " + str(vector_elems) + " (16-byte vectors)");
+  }
+
+  // ---- the states: out [batch, s_q, h, d_v], lse [batch, h, s_q]
+  check_in_range(where, "num_states", p.num_states, 1, kMaxMergeStates);
+  if (p.states == nullptr) fail(where, "states", "null", "a host array of num_states AttentionState views");
+  for (int i = 0; i < p.num_states; ++i) {
+    const AttentionState& st = p.states[i];
+    const std::string out_name = "states[" + std::to_string(i) + "].out";
+    const std::string lse_name = "states[" + std::to_string(i) + "].lse";
+    check_token_head_tensor(where, out_name.c_str(), st.out, p.batch, p.s_q, p.h, st.out_batch_stride,
+                            st.out_token_stride, st.out_head_stride, p.d_v);
+    check_lse_tensor(where, lse_name.c_str(), st.lse, p.batch, p.s_q, p.h, st.lse_batch_stride,
+                     st.lse_head_stride, st.lse_token_stride);
+  }
+
+  // ---- the output, and how it may alias a state: exactly (in place) or not at all
+  const AttentionOutput& o = p.output;
+  check_token_head_tensor(where, "output.out", o.out, p.batch, p.s_q, p.h, o.out_batch_stride,
+                          o.out_token_stride, o.out_head_stride, p.d_v);
+  if (o.lse != nullptr) {
+    check_lse_tensor(where, "output.lse", o.lse, p.batch, p.s_q, p.h, o.lse_batch_stride, o.lse_head_stride,
+                     o.lse_token_stride);
+  }
+  for (int i = 0; i < p.num_states; ++i) {
+    const AttentionState& st = p.states[i];
+    const std::string state = "states[" + std::to_string(i) + "]";
+    if (o.out == st.out) {
+      const struct {
+        const char* field;
+        int64_t got, state;
+      } strides[] = {{"output.out_batch_stride", o.out_batch_stride, st.out_batch_stride},
+                     {"output.out_token_stride", o.out_token_stride, st.out_token_stride},
+                     {"output.out_head_stride", o.out_head_stride, st.out_head_stride}};
+      for (const auto& f : strides)
+        if (f.got != f.state)
+          fail(where, f.field, str(f.got),
+               str(f.state) + " (output.out is " + state + ".out: an in-place merge keeps its strides)");
+    }
+    if (o.lse != nullptr && o.lse == st.lse) {
+      const struct {
+        const char* field;
+        int64_t got, state;
+      } strides[] = {{"output.lse_batch_stride", o.lse_batch_stride, st.lse_batch_stride},
+                     {"output.lse_head_stride", o.lse_head_stride, st.lse_head_stride},
+                     {"output.lse_token_stride", o.lse_token_stride, st.lse_token_stride}};
+      for (const auto& f : strides)
+        if (f.got != f.state)
+          fail(where, f.field, str(f.got),
+               str(f.state) + " (output.lse is " + state + ".lse: an in-place merge keeps its strides)");
+    }
+  }
 }
 
 }  // namespace hmla

@@ -3,8 +3,9 @@
 // hmla::validate(const DenseDecodeParams&) (public, hmla/dense_decode.h) checks what dense_decode_run
 // receives; validate_plan_args checks what dense_decode_plan receives. hmla::validate(const
 // SparseDecodeParams&) (hmla/sparse_decode.h) and validate_sparse_plan_args do the same for sparse
-// decode. All throw hmla::InvalidArgument on the first problem. The full list of checks is in
-// docs/API.md ("Validation", "Sparse decode validation"); keep the two in step.
+// decode, and hmla::validate(const MergeAttentionParams&) (hmla/merge.h) for the merge. All throw
+// hmla::InvalidArgument on the first problem. The full list of checks is in
+// docs/API.md ("Validation", "Sparse decode validation", "Merge validation"); keep them in step.
 #pragma once
 
 #include <cstddef>
@@ -60,5 +61,11 @@ void validate_sparse_plan_args(const SparseDecodeParams& params, const void* wor
 // A run's schedule must be a plan's result for the run's shape; `plan` names that plan entry point.
 void check_schedule_matches(const char* where, const char* plan, const DecodeSchedule& schedule, int batch,
                             int s_q, int h_q, int h_kv);
+
+// ---- merging partial attention results (hmla/merge.h)
+
+inline constexpr const char* kMergeWhere = "hmla::merge_attention_states";
+// One warp per query row, 8 warps per CTA, and at most 2^31 - 1 CTAs in a grid.
+inline constexpr int64_t kMaxMergeRows = int64_t{0x7fffffff} * 8;
 
 }  // namespace hmla::detail

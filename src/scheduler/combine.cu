@@ -3,14 +3,20 @@
 
 #include <cmath>
 #include <string>
-#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/device_primitives.cuh"
 #include "scheduler/decode_scheduler.h"
+#include "scheduler/merge_math.cuh"
 
 namespace hmla::detail {
 namespace {
+
+using dev::load4;
+using dev::merged_lse;
+using dev::piece_weight;
+using dev::store4;
+using dev::unpack8;
 
 constexpr int kCombineWarps = 4;  // one query row per CTA, 4 columns per thread: small batches spread wide
 // The CTA-per-row kernel splits a row's pieces over this many groups of kCombineWarps warps: four
@@ -28,38 +34,6 @@ constexpr int kRowWarpsPerCta = 8;  // the warp-per-row kernel: 8 rows per CTA
 // pieces, 144.5 -> 142.0 us; b = 1, 128 rows of 43 pieces, 27.8 -> 38 us with a warp per row).
 constexpr long long kWarpPerRowFrom = 2048;
 
-template <typename Element>
-__device__ __forceinline__ void store4(Element* dst, float a, float b, float c, float d);
-template <>
-__device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16* dst, float a, float b, float c, float d) {
-  __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
-  uint2 v{*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
-  *reinterpret_cast<uint2*>(dst) = v;
-}
-template <>
-__device__ __forceinline__ void store4<__half>(__half* dst, float a, float b, float c, float d) {
-  __half2 lo = __floats2half2_rn(a, b), hi = __floats2half2_rn(c, d);
-  uint2 v{*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi)};
-  *reinterpret_cast<uint2*>(dst) = v;
-}
-
-// Two 16-bit values (one 32-bit word) as floats.
-template <typename Element>
-__device__ __forceinline__ float2 unpack2(uint32_t word) {
-  if constexpr (std::is_same_v<Element, __nv_bfloat16>)
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
-  else
-    return __half22float2(*reinterpret_cast<const __half2*>(&word));
-}
-
-// Four consecutive 16-bit partial-output values as floats (one 8-byte load).
-template <typename Element>
-__device__ __forceinline__ float4 load4(const Element* src) {
-  const uint2 v = *reinterpret_cast<const uint2*>(src);
-  const float2 lo = unpack2<Element>(v.x), hi = unpack2<Element>(v.y);
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
-}
-
 // Where request `req`'s row (token of its tile, head) goes in out and lse.
 struct OutputRow {
   int64_t out;
@@ -76,30 +50,6 @@ __device__ __forceinline__ OutputRow output_row(const CombineParams& p, int req,
 __device__ __forceinline__ float sink_factor(const float* attn_sink, int head, float lse) {
   if (attn_sink == nullptr || lse == INFINITY) return 1.f;
   return 1.f / (1.f + __expf(attn_sink[head] - lse));
-}
-
-// The LSE of one row merged over its n pieces, by one warp; `any`: some piece saw a key. Lane l
-// brings piece l's LSE (-inf from n on): the caller keeps it for that piece's weight, so the first 32
-// pieces' LSEs are read once. Pieces from 32 on are read here. A piece with no visible key has LSE
-// -inf; a row with none in any piece gets LSE +inf (and out 0).
-__device__ __forceinline__ float merged_lse(float lane_lse, const float* lse_of, size_t piece_stride, int n, int lane,
-                                            bool& any) {
-  if (__any_sync(0xffffffffu, lane_lse != lane_lse)) {  // a piece attended to a NaN
-    any = true;
-    return __int_as_float(0x7fc00000);
-  }
-  float max_lse = lane_lse;
-  for (int s = lane + 32; s < n; s += 32) max_lse = fmaxf(max_lse, lse_of[s * piece_stride]);
-  for (int o = 16; o > 0; o >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
-  float sum = 0.f;
-  if (max_lse != -INFINITY) {
-    sum = __expf(lane_lse - max_lse);
-    for (int s = lane + 32; s < n; s += 32) sum += __expf(lse_of[s * piece_stride] - max_lse);
-  }
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  // No piece with a key: the sum is exactly 0. A NaN piece makes the row NaN, as it would unsplit.
-  any = sum != 0.f;
-  return any ? max_lse + logf(sum) : INFINITY;
 }
 
 // Grid: (split request, kv head, query row of that head: token-major). The number of split
@@ -143,10 +93,11 @@ __global__ void __launch_bounds__(kCombineWarps * 32 * kCombineGroups) combine_k
   __shared__ float row_lse;
   if (threadIdx.x < 32) {
     const float lane_lse = lane < n ? lse_of[lane * rows_per_slot] : -INFINITY;
+    const auto piece_lse = [&](int s) { return lse_of[s * rows_per_slot]; };
     bool any;
-    const float lse = merged_lse(lane_lse, lse_of, rows_per_slot, n, lane, any);
-    if (lane < n) weight[lane] = any ? __expf(lane_lse - lse) : 0.f;
-    for (int s = lane + 32; s < n; s += 32) weight[s] = any ? __expf(lse_of[s * rows_per_slot] - lse) : 0.f;
+    const float lse = merged_lse(lane_lse, piece_lse, n, lane, any);
+    if (lane < n) weight[lane] = piece_weight(lane_lse, lse, any);
+    for (int s = lane + 32; s < n; s += 32) weight[s] = piece_weight(piece_lse(s), lse, any);
     if (lane == 0) row_lse = lse;
   }
   __syncthreads();
@@ -182,18 +133,6 @@ __global__ void __launch_bounds__(kCombineWarps * 32 * kCombineGroups) combine_k
   const OutputRow o = output_row(p, req, token, head);
   if (col < p.d_v) store4<Element>(static_cast<Element*>(p.out) + o.out + col, acc.x, acc.y, acc.z, acc.w);
   if (threadIdx.x == 0) p.lse[o.lse] = lse;
-}
-
-// Eight consecutive 16-bit values (one 16-byte word) as floats.
-template <typename Element>
-__device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[8]) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = unpack2<Element>(words[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
 }
 
 // One warp per (split request, kv head, query row of that head), for batches with many rows to
@@ -234,14 +173,15 @@ __global__ void __launch_bounds__(kRowWarpsPerCta * 32, 4) combine_warp_per_row_
     for (int a = 0; a < 2; ++a)
       if (q < n) first[q][a] = *reinterpret_cast<const uint4*>(src + q * slot_stride + a * (kDv / 2));
 
+  const auto piece_lse = [&](int s) { return lse_of[s * rows_per_slot]; };
   bool any;
-  const float lse = merged_lse(lane_lse, lse_of, rows_per_slot, n, lane, any);
+  const float lse = merged_lse(lane_lse, piece_lse, n, lane, any);
   float acc[2][8];
   if (lse != INFINITY) {
     // Lane l holds the weight of piece s0 + l; shuffles broadcast it, so no dependent global load
     // sits between the partial-row loads. The first piece's product starts the sums (a split
     // request has n >= 2), which frees its registers before the second is unpacked.
-    float my_weight = lane < n ? __expf(lane_lse - lse) : 0.f;
+    float my_weight = lane < n ? piece_weight(lane_lse, lse, /*any=*/true) : 0.f;  // lse finite: a key
 #pragma unroll
     for (int q = 0; q < kPrefetched; ++q) {
       if (q >= n) break;
@@ -255,7 +195,7 @@ __global__ void __launch_bounds__(kRowWarpsPerCta * 32, 4) combine_warp_per_row_
       }
     }
     for (int s0 = 0; s0 < n; s0 += 32) {
-      if (s0 > 0) my_weight = s0 + lane < n ? __expf(lse_of[(s0 + lane) * rows_per_slot] - lse) : 0.f;
+      if (s0 > 0) my_weight = s0 + lane < n ? piece_weight(piece_lse(s0 + lane), lse, true) : 0.f;
       const int chunk = min(32, n - s0);
 #pragma unroll 4
       for (int i = s0 == 0 ? kPrefetched : 0; i < chunk; ++i) {

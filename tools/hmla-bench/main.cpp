@@ -22,6 +22,7 @@
 #include "dense_bench.h"
 #include "hmla/types.h"
 #include "json.h"
+#include "merge_bench.h"
 #include "sparse_bench.h"
 
 #include "hmla/version.h"
@@ -47,6 +48,8 @@ const char* kUsage =
     "                          [--topk-length random|full] [--no-sink] [common options]\n"
     "  hmla-bench --sweep default|quick [--only dense|sparse_decode] [--dtype bf16|fp16] [--varlen]\n"
     "                          [common options]\n"
+    "  hmla-bench merge --b N --h-q N [--s-q N] [--d-v N] [--states N] [--dtype bf16|fp16]\n"
+    "                          [common options]\n"
     "  hmla-bench ceilings [common options]\n"
     "  hmla-bench --version\n"
     "\n"
@@ -66,6 +69,13 @@ const char* kUsage =
     "  column. flop = 2*h_q*attended*(d_qk+512), attended = b*s_q*(topk+extra_topk) (the counted entries\n"
     "  with --topk-length); bytes = 2*b*s_q*h_q*d_qk + unique_tokens_read*(656 if d_qk == 576 else 576)\n"
     "  + 2*b*s_q*h_q*512 (FlashMLA's formulas).\n"
+    "\n"
+    "merge (hmla::merge_attention_states, a memory-bound stream: compare GB/s with %read):\n"
+    "  --states N           partial results merged per row (default 2, at most 32), each out\n"
+    "                       [b, s_q, h_q, d_v] and lse [b, h_q, s_q] in the decode layouts\n"
+    "  --d-v N              value columns (default 512, a multiple of 8)\n"
+    "  bytes = (states + 1) * b*s_q*h_q*(2*d_v + 4) (every state read once, the result written once);\n"
+    "  flop = 2*states*b*s_q*h_q*d_v.\n"
     "\n"
     "common options:\n"
     "  --check              after timing, run once more into NaN-poisoned outputs and compare with the\n"
@@ -103,13 +113,14 @@ struct Cli {
   std::string sweep;
   std::string only;  // with --sweep: "", "dense" or "sparse_decode"
   // shape flags as given; the family's defaults fill the rest
-  std::optional<int> b, s_q, h_q, h_kv, s_k, page, topk, extra_topk, extra_page, extra_s_k;
+  std::optional<int> b, s_q, h_q, h_kv, s_k, page, topk, extra_topk, extra_page, extra_s_k, d_v, states;
   std::optional<hmla::SparseCacheLayout> layout;
   std::optional<TopkLength> topk_length;
   bool causal = false, varlen = false, no_sink = false;
   std::optional<hmla::DType> dtype;
   DenseCase dense;
   SparseCase sparse;
+  MergeCase merge;
   bool check = false;
   int check_requests = 0;
   std::string json_path;
@@ -194,6 +205,10 @@ Cli parse_cli(int argc, char** argv) {
       cli.extra_page = (int)parse_int(a, value(), 1, kMaxInt);
     } else if (a == "--extra-s-k") {
       cli.extra_s_k = (int)parse_int(a, value(), 1, kMaxInt);
+    } else if (a == "--d-v") {
+      cli.d_v = (int)parse_int(a, value(), 1, kMaxInt);
+    } else if (a == "--states") {
+      cli.states = (int)parse_int(a, value(), 1, kMaxInt);
     } else if (a == "--layout") {
       std::string v = value();
       if (v == "v32") cli.layout = hmla::SparseCacheLayout::kV32;
@@ -252,7 +267,7 @@ Cli parse_cli(int argc, char** argv) {
     } else if (a.rfind("-", 0) == 0) {
       throw UsageError{"unknown option '" + args[i] + "'"};
     } else if (cli.command.empty()) {
-      if (a != "dense-decode" && a != "sparse-decode" && a != "ceilings")
+      if (a != "dense-decode" && a != "sparse-decode" && a != "merge" && a != "ceilings")
         throw UsageError{"unknown command '" + a + "'"};
       cli.command = a;
     } else {
@@ -266,11 +281,14 @@ Cli parse_cli(int argc, char** argv) {
   const bool dense_data = cli.dtype || cli.varlen;
   const bool sparse_shape = cli.layout || cli.topk || cli.extra_topk || cli.extra_page || cli.extra_s_k ||
                             cli.topk_length || cli.no_sink;
+  const bool merge_shape = cli.d_v || cli.states;
+  if (merge_shape && cli.command != "merge") throw UsageError{"--d-v and --states belong to merge"};
   if (!cli.sweep.empty()) {
     Sweep tmp;
     if (!sweep_by_name(cli.sweep, tmp)) throw UsageError{"unknown sweep '" + cli.sweep + "' (default, quick)"};
     // a family command with --sweep keeps that family's rows, as --only does
     if (cli.command == "ceilings") throw UsageError{"--sweep runs benchmark rows, not 'ceilings'"};
+    if (cli.command == "merge") throw UsageError{"the sweeps have no merge rows: run 'merge' with a shape"};
     if (!cli.command.empty()) {
       const std::string family = cli.command == "dense-decode" ? "dense" : "sparse_decode";
       if (!cli.only.empty() && cli.only != family)
@@ -280,7 +298,7 @@ Cli parse_cli(int argc, char** argv) {
     if (shared_shape || dense_shape || sparse_shape)
       throw UsageError{"--sweep fixes the shapes; only --only, --dtype, --varlen and the common options go with it"};
   } else if (cli.command.empty()) {
-    throw UsageError{"no command (dense-decode, sparse-decode, ceilings) and no --sweep"};
+    throw UsageError{"no command (dense-decode, sparse-decode, merge, ceilings) and no --sweep"};
   } else if (!cli.only.empty()) {
     throw UsageError{"--only selects the family of a --sweep"};
   } else if (cli.command == "dense-decode") {
@@ -321,6 +339,17 @@ Cli parse_cli(int argc, char** argv) {
     if (c.extra_topk > c.extra_s_k)
       throw UsageError{"--extra-topk " + std::to_string(c.extra_topk) + " exceeds --extra-s-k " +
                        std::to_string(c.extra_s_k) + ": a list holds distinct positions of [0, extra_s_k)"};
+  } else if (cli.command == "merge") {
+    if (dense_shape || cli.varlen || sparse_shape || cli.s_k || cli.page)
+      throw UsageError{"merge takes --b, --h-q, --s-q, --d-v, --states, --dtype and the common options"};
+    if (!cli.b || !cli.h_q) throw UsageError{"merge needs --b and --h-q"};
+    MergeCase& c = cli.merge;
+    c.b = *cli.b;
+    c.h = *cli.h_q;
+    c.s_q = cli.s_q.value_or(c.s_q);
+    c.d_v = cli.d_v.value_or(c.d_v);
+    c.states = cli.states.value_or(c.states);
+    c.dtype = cli.dtype.value_or(c.dtype);
   } else if (cli.command == "ceilings") {
     if (shared_shape || dense_shape || dense_data || sparse_shape || cli.check)
       throw UsageError{"'ceilings' takes only the common options"};
@@ -440,6 +469,7 @@ void write_json(const std::string& path, const Cli& cli, const DeviceInfo& d, co
            ", input sets rotated until a pass touches " + std::to_string(ro.rotate_min_bytes >> 20) + " MiB" +
            (ro.backlog ? ", timed calls queued behind a spin kernel (GPU time only)" : ", no backlog"));
   w.key("formulas").begin_object();
+  w.kv("merge", "bytes = (states + 1)*b*s_q*h_q*(2*d_v + 4) ; flop = 2*states*b*s_q*h_q*d_v");
   w.kv("dense",
        "flop = b*s_q*h_q*(2*576 + 2*512)*s_k ; bytes = b*(s_q*h_q*576*2 + s_k*h_kv*576*2 + s_q*h_q*512*2), s_k = mean "
        "length; GB = 1e9 bytes, TFLOPS = 1e12 flop/s");
@@ -609,6 +639,7 @@ int run(int argc, char** argv) {
   // the rows, dense first (each is built when its turn comes: it holds device memory)
   std::vector<DenseCase> dense_cases;
   std::vector<SparseCase> sparse_cases;
+  std::vector<MergeCase> merge_cases;
   if (!cli.sweep.empty()) {
     Sweep sweep;
     sweep_by_name(cli.sweep, sweep);
@@ -622,11 +653,15 @@ int run(int argc, char** argv) {
     dense_cases.push_back(cli.dense);
   } else if (cli.command == "sparse-decode") {
     sparse_cases.push_back(cli.sparse);
+  } else if (cli.command == "merge") {
+    merge_cases.push_back(cli.merge);
   }
-  const size_t planned = dense_cases.size() + sparse_cases.size();
+  const size_t planned = dense_cases.size() + sparse_cases.size() + merge_cases.size();
   auto make_row = [&](size_t i) -> std::unique_ptr<BenchCase> {
     if (i < dense_cases.size()) return std::make_unique<DenseBench>(dense_cases[i]);
-    return std::make_unique<SparseBench>(sparse_cases[i - dense_cases.size()]);
+    i -= dense_cases.size();
+    if (i < sparse_cases.size()) return std::make_unique<SparseBench>(sparse_cases[i]);
+    return std::make_unique<MergeBench>(merge_cases[i - sparse_cases.size()]);
   };
 
   Ceilings ceil;
