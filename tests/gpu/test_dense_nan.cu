@@ -7,7 +7,7 @@
 //      column of the last key reaches only the last token); a NaN in a slot no query attends (past
 //      cache_seqlens within the request's pages, and the cache's spare pages, which are NaN in
 //      every test) changes nothing. Each on the unsplit path (a plan for 1 SM: one part holds
-//      every request) and the split path (a plan for 3 SMs: the long request is cut into pieces
+//      every request) and the split path (a plan for 6 SMs: the long request is cut into pieces
 //      and merged by the combine), both dtypes, causal and not. Every other row is compared with
 //      the reference as in every other test.
 //  * DenseDecodeDeviceValuesSanitizer [*Sanitizer*]: cache_seqlens negative (-1, INT_MIN: as 0,
@@ -36,9 +36,10 @@ struct PathSpec {
   const char* name;
   int num_sms;
 };
-// One SM: a single part, nothing split. Three SMs: the 1500-key request (24 units) is cut over
-// the parts, so its rows come out of the combine.
-constexpr PathSpec kPaths[] = {{"unsplit", 1}, {"split", 3}};
+// One SM: a single part, nothing split. Six SMs: three parts per kv head with h_kv = 2 (six with
+// h_kv = 1), and the longest request (24 or more units) is cut over them, so its rows come out of
+// the combine.
+constexpr PathSpec kPaths[] = {{"unsplit", 1}, {"split", 6}};
 
 DecodeCase nan_case(const std::string& what, hmla::DType dtype, bool causal, const PathSpec& path) {
   const std::string name = "NaN_" + what + "_" + hmla::dtype_name(dtype) + (causal ? "_causal" : "") + "_" + path.name;
@@ -122,8 +123,8 @@ TEST(DenseDecodeNaN, NanRowsFollowTheLengthsOfEachRun) {
 // length past the block table's size attends up to its end.
 DecodeCase device_values_case(const std::string& what, int page_size, const PathSpec& path) {
   DecodeCase c = make_case("DeviceValues_" + what + "_page" + std::to_string(page_size) + "_" + path.name,
-                           hmla::DType::kBF16, 5, 2, 16, 1, {0, 5 * page_size + 3, page_size, 1, 0}, true, page_size);
-  c.capacity = {4 * page_size, 8 * page_size, 2 * page_size, page_size, 3 * page_size};
+                           hmla::DType::kBF16, 5, 2, 16, 1, {0, 1500, 512, 1, 0}, true, page_size);
+  for (int keys : {1024, 2048, 512, 64, 768}) c.capacity.push_back((keys + page_size - 1) / page_size * page_size);
   c.num_sms = path.num_sms;
   c.ref_budget = -1;
   return c;
@@ -133,8 +134,8 @@ TEST(DenseDecodeDeviceValuesSanitizer, NegativeLengthsAreZero) {
   for (const PathSpec& path : kPaths) {
     DecodeProblem p(device_values_case("negative", 64, path));
     SCOPED_TRACE(p.spec().name);
-    p.set_device_lengths_unchecked({-1, 323, INT_MIN, 1, -64});
-    ASSERT_EQ(p.lengths(), (std::vector<int>{0, 323, 0, 1, 0}));
+    p.set_device_lengths_unchecked({-1, 1500, INT_MIN, 1, -64});
+    ASSERT_EQ(p.lengths(), (std::vector<int>{0, 1500, 0, 1, 0}));
     run_and_check(p, "negative cache_seqlens");
   }
 }
@@ -159,10 +160,10 @@ TEST(DenseDecodeDeviceValuesSanitizer, OutOfRangeBlockIdsReadAsZeroPages) {
     for (const PathSpec& path : kPaths) {
       DecodeProblem p(device_values_case("bad_ids", page, path));
       SCOPED_TRACE(p.spec().name);
-      p.set_lengths({4 * page, 8 * page - 5, 2 * page, 1, 3 * page});
+      p.set_lengths({1024, 2043, 512, 1, 768});
       p.set_block_table_entry(0, 1, -1);
       p.set_block_table_entry(1, 0, INT_MIN);
-      p.set_block_table_entry(1, 7, p.num_blocks());
+      p.set_block_table_entry(1, 2048 / page - 1, p.num_blocks());  // its last page, partly attended
       p.set_block_table_entry(2, 1, INT_MAX);
       p.set_block_table_entry(3, 0, -7);
       run_and_check(p, "out-of-range block ids in attended pages");
