@@ -43,7 +43,8 @@ constexpr int kMaxPlanRequests = 16384;
 HMLA_HOST_DEVICE inline int clamp_length(int length, int capacity) {
   return length < 0 ? 0 : (length > capacity ? capacity : length);
 }
-HMLA_HOST_DEVICE inline int blocks_of(int keys) { return (keys + kBlockN - 1) / kBlockN; }
+// (keys / kBlockN rounded up, without keys + kBlockN - 1, which overflows for keys near INT_MAX.)
+HMLA_HOST_DEVICE inline int blocks_of(int keys) { return keys / kBlockN + (keys % kBlockN > 0); }
 
 // How much work each request of a plan is, read on the device by the plan kernel and the attention
 // kernels alike (so both see the same lengths).

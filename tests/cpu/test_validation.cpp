@@ -441,4 +441,18 @@ TEST(PlanValidation, ShapeChecksNameTheirEntryPoint) {
                             "batch", "16385"));
 }
 
+// The entry points' own checks, which run before any CUDA call, so they are testable here.
+TEST(PlanValidation, NegativeNumSmsIsRejectedBeforeAnyDeviceQuery) {
+  EXPECT_TRUE(ThrowsInvalid([] { hmla::dense_decode_workspace_bytes(4, 1, 128, 1, -1); },
+                            "hmla::dense_decode_workspace_bytes", "num_sms", "-1"));
+  EXPECT_TRUE(ThrowsInvalid(
+      [] { hmla::dense_decode_plan(kSeqlens, 4, 1, 128, 1, kWorkspace, 4096, nullptr, -2); },
+      "hmla::dense_decode_plan", "num_sms", "-2"));
+}
+
+TEST(RunValidation, RejectsAnEmptySchedule) {
+  EXPECT_TRUE(ThrowsInvalid([] { hmla::dense_decode_run(Valid(), hmla::DecodeSchedule{}, nullptr); },
+                            "hmla::dense_decode_run", "schedule", "an empty schedule"));
+}
+
 }  // namespace

@@ -194,6 +194,7 @@ DecodeProblem::DecodeProblem(DecodeCase c) : c_(std::move(c)) {
   dev_seqlens_.allocate(static_cast<size_t>(c_.batch) * sizeof(int32_t));
   upload_lengths();
   build_q(seed);
+  refresh_nan_rows();
 }
 
 DecodeProblem::~DecodeProblem() = default;
@@ -209,6 +210,8 @@ void DecodeProblem::build_q(uint64_t seed) {
 
 void DecodeProblem::refill_q(uint64_t seed) {
   build_q(seed);
+  q_nans_.clear();
+  refresh_nan_rows();
   ref_valid_ = false;
 }
 
@@ -228,7 +231,141 @@ void DecodeProblem::set_lengths(const std::vector<int>& lengths) {
   }
   lengths_ = lengths;
   upload_lengths();
+  refresh_nan_rows();
+  refresh_reference_block_table();
   ref_valid_ = false;
+}
+
+// ------------------------------------------------------------------------------ planted NaNs
+void DecodeProblem::make_cache_private() {
+  if (private_cache_) return;
+  auto k = std::make_shared<PagedCache>();
+  const PagedCache& from = *cache_;
+  k->key = from.key + "/private";
+  k->dtype = from.dtype;
+  k->batch = from.batch;
+  k->h_kv = from.h_kv;
+  k->page_size = from.page_size;
+  k->num_blocks = from.num_blocks;
+  k->max_blocks_per_seq = from.max_blocks_per_seq;
+  k->block_stride = from.block_stride;
+  k->token_stride = from.token_stride;
+  k->head_stride = from.head_stride;
+  k->bt_stride = from.bt_stride;
+  k->capacity = from.capacity;
+  k->pages = from.pages;
+  k->host = from.host;
+  k->block_table = from.block_table;
+  k->max_abs_value = from.max_abs_value;
+  k->max_key_norm = from.max_key_norm;
+  k->dev.allocate(k->host.size() * sizeof(uint16_t));
+  k->dev.upload(k->host.data(), k->host.size() * sizeof(uint16_t));
+  k->dev_block_table.allocate(k->block_table.size() * sizeof(int32_t));
+  k->dev_block_table.upload(k->block_table.data(), k->block_table.size() * sizeof(int32_t));
+  private_cache_ = k;
+  cache_ = k;
+}
+
+void DecodeProblem::plant_nan_in_q(int b, int t, int h, int d) {
+  if (b < 0 || b >= c_.batch || t < 0 || t >= c_.s_q || h < 0 || h >= c_.h_q || d < 0 || d >= kDqk)
+    throw std::runtime_error("plant_nan_in_q: position outside q");
+  q_host_[q_layout_.offset(b, t, h) + d] = input_nan_bits(c_.dtype);
+  dev_q_.upload(q_host_.data(), q_host_.size() * sizeof(uint16_t));
+  q_nans_.push_back({b, t, h, d});
+  refresh_nan_rows();
+  ref_valid_ = false;
+}
+
+void DecodeProblem::plant_nan_in_cache(int b, int key, int kv, int d) {
+  if (b < 0 || b >= c_.batch || key < 0 || key >= cache_->capacity[b] || kv < 0 || kv >= c_.h_kv || d < 0 ||
+      d >= kDqk)
+    throw std::runtime_error("plant_nan_in_cache: position outside the request's cache");
+  if (d < kDv && key < lengths_[b] && key >= keys_for(lengths_[b], c_.s_q, 0, c_.causal))
+    throw std::runtime_error("plant_nan_in_cache: a V column of a key hidden from some causal query");
+  make_cache_private();
+  PagedCache& k = *private_cache_;
+  const int64_t page = k.block_table[static_cast<size_t>(b) * k.bt_stride + key / c_.page_size];
+  const int64_t at = page * k.block_stride + (key % c_.page_size) * k.token_stride + kv * k.head_stride + d;
+  k.host[at] = input_nan_bits(c_.dtype);
+  k.dev.upload(k.host.data(), k.host.size() * sizeof(uint16_t));
+  cache_nans_.push_back({b, key, kv, d});
+  refresh_nan_rows();
+  ref_valid_ = false;
+}
+
+void DecodeProblem::refresh_nan_rows() {
+  const int group = c_.h_q / c_.h_kv;
+  nan_row_.assign(static_cast<size_t>(c_.batch) * c_.s_q * c_.h_q, 0);
+  auto mark = [&](int b, int t, int h) { nan_row_[(static_cast<size_t>(b) * c_.s_q + t) * c_.h_q + h] = 1; };
+  for (const auto& n : q_nans_) mark(n[0], n[1], n[2]);
+  for (const auto& n : cache_nans_) {
+    for (int t = 0; t < c_.s_q; ++t) {
+      if (n[1] >= keys_for(lengths_[n[0]], c_.s_q, t, c_.causal)) continue;
+      for (int g = 0; g < group; ++g) mark(n[0], t, n[2] * group + g);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ device-side values
+void DecodeProblem::set_device_lengths_unchecked(const std::vector<int32_t>& raw) {
+  if (static_cast<int>(raw.size()) != c_.batch) throw std::runtime_error("set_device_lengths_unchecked: wrong size");
+  const int64_t max_keys = static_cast<int64_t>(cache_->max_blocks_per_seq) * c_.page_size;
+  for (int r = 0; r < c_.batch; ++r) {
+    lengths_[r] = static_cast<int>(std::min<int64_t>(std::max<int32_t>(raw[r], 0), max_keys));
+    // The slots past a request's data in its last page are NaN; a length past the data would
+    // attend them.
+    if (lengths_[r] > cache_->capacity[r] && cache_->capacity[r] % c_.page_size != 0)
+      throw std::runtime_error("set_device_lengths_unchecked: a length past a capacity that is not whole pages");
+  }
+  dev_seqlens_.upload(raw.data(), raw.size() * sizeof(int32_t));
+  refresh_nan_rows();
+  refresh_reference_block_table();
+  ref_valid_ = false;
+}
+
+void DecodeProblem::set_block_table_entry(int b, int page_index, int32_t value) {
+  if (b < 0 || b >= c_.batch || page_index < 0 || page_index >= cache_->max_blocks_per_seq)
+    throw std::runtime_error("set_block_table_entry: outside the block table");
+  make_cache_private();
+  if (device_block_table_.empty()) device_block_table_ = cache_->block_table;
+  device_block_table_[static_cast<size_t>(b) * cache_->bt_stride + page_index] = value;
+  private_cache_->dev_block_table.upload(device_block_table_.data(), device_block_table_.size() * sizeof(int32_t));
+  refresh_reference_block_table();
+  ref_valid_ = false;
+}
+
+void DecodeProblem::refresh_reference_block_table() {
+  const std::vector<int32_t>& device = device_block_table_.empty() ? cache_->block_table : device_block_table_;
+  bool needs_zero_page = false;
+  for (int b = 0; b < c_.batch && !needs_zero_page; ++b) {
+    for (int n = 0; n * c_.page_size < lengths_[b]; ++n) {
+      const int32_t id = device[static_cast<size_t>(b) * cache_->bt_stride + n];
+      if (id < 0 || id >= cache_->num_blocks) needs_zero_page = true;
+    }
+  }
+  if (!needs_zero_page) {
+    ref_block_table_.clear();
+    return;
+  }
+  if (zero_page_ < 0) {
+    // A page no request owns (the cache has at least 3): zeros in every row, on the host only,
+    // which the reference reads where the kernel gets TMA's zero fill.
+    make_cache_private();
+    std::vector<uint8_t> owned(cache_->num_blocks, 0);
+    for (int b = 0; b < c_.batch; ++b)
+      for (int n = 0; n < cache_->pages[b]; ++n) owned[cache_->block_table[static_cast<size_t>(b) * cache_->bt_stride + n]] = 1;
+    zero_page_ = static_cast<int>(std::find(owned.begin(), owned.end(), 0) - owned.begin());
+    if (zero_page_ >= cache_->num_blocks) throw std::runtime_error("no spare page for the zero page");
+    std::fill_n(&private_cache_->host[static_cast<size_t>(zero_page_) * cache_->block_stride], cache_->block_stride,
+                uint16_t{0});
+  }
+  ref_block_table_ = device;
+  for (int b = 0; b < c_.batch; ++b) {
+    for (int n = 0; n * c_.page_size < lengths_[b]; ++n) {
+      int32_t& id = ref_block_table_[static_cast<size_t>(b) * cache_->bt_stride + n];
+      if (id < 0 || id >= cache_->num_blocks) id = zero_page_;
+    }
+  }
 }
 
 void DecodeProblem::poison_outputs() {
@@ -312,7 +449,7 @@ void DecodeProblem::compute_reference() {
   hmla::DenseDecodeParams hp = device_params();
   hp.q = q_host_.data() + q_layout_.guard;
   hp.k_cache = cache_->host.data();
-  hp.block_table = cache_->block_table.data();
+  hp.block_table = ref_block_table_.empty() ? cache_->block_table.data() : ref_block_table_.data();
   std::vector<int32_t> lengths32(lengths_.begin(), lengths_.end());
   hp.cache_seqlens = lengths32.data();
 
@@ -496,6 +633,18 @@ bool DecodeProblem::check(const Outputs& got, const std::string& what, CheckStat
       const int n = keys_for(lengths_[r], s_q, t, c_.causal);
       for (int h = 0; h < h_q; ++h) {
         const std::string pos = fmt("(b=%d,t=%d,h=%d)", int(r), t, h);
+        if (expects_nan(int(r), t, h)) {
+          const uint16_t* row = &got.out[out_layout_.offset(r, t, h)];
+          int64_t not_nan = 0;
+          for (int d = 0; d < kDv; ++d) not_nan += row[d] == poison || !half_is_nan(dt, row[d]);
+          if (not_nan)
+            f.add("out not NaN (or never written) for a query that attends a NaN",
+                  pos + fmt(" %lld of %d", (long long)not_nan, kDv));
+          const float l = got.lse[lse_layout_.offset(r, h, t)];
+          if (float_bits(l) == kLsePoisonBits || !std::isnan(l))
+            f.add("lse not NaN (or never written) for a query that attends a NaN", pos + fmt(" lse=%g", l));
+          continue;
+        }
         check_out_row(dt, &got.out[out_layout_.offset(r, t, h)], kDv, poison, n, hull, pos, f);
         // every score s satisfies |s| <= scale * |q| * max|k|, so lse is within log(n) +- that
         const double max_abs_score = scale *
@@ -533,6 +682,12 @@ bool DecodeProblem::check(const Outputs& got, const std::string& what, CheckStat
         const uint16_t* row = &got.out[out_layout_.offset(r, t, h)];
         const float l = got.lse[lse_layout_.offset(r, h, t)];
         const std::string pos = fmt("(b=%d,t=%d,h=%d)", int(r), t, h);
+        if (expects_nan(int(r), t, h)) {
+          if (!std::isnan(ref_lse))
+            f.add("the reference is not NaN for a query the test says attends a NaN (harness/reference disagree)",
+                  pos);
+          continue;  // the GPU side of these rows is checked above
+        }
         if (n == 0) {
           if (!(std::isinf(ref_lse) && ref_lse > 0)) {
             f.add(

@@ -4,6 +4,7 @@
 // tolerances (also listed below next to the constants that implement them).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -109,6 +110,30 @@ class DecodeProblem {
   // Writes the NaN poison into every logical out/lse element and the sentinel everywhere else.
   void poison_outputs();
 
+  // ---- planted NaNs: the rows expected NaN (every out element and lse) follow from them and the
+  // current lengths; every other row is still compared with the reference.
+  // A NaN in q element d of (request b, token t, head h): that row is NaN. Cleared by refill_q.
+  void plant_nan_in_q(int b, int t, int h, int d);
+  // A NaN in column d of cache row `key` of request b, kv head `kv` (key < the request's
+  // capacity; the problem takes a private copy of the cache first). The rows of the queries that
+  // attend the key are NaN; a key at or past the length changes nothing. Throws for a key in a
+  // V column (d < 512) that some causal query of the request does not see: a NaN there may reach
+  // those queries too (docs/API.md).
+  void plant_nan_in_cache(int b, int key, int kv, int d);
+  bool expects_nan(int b, int t, int h) const {
+    return nan_row_[(static_cast<size_t>(b) * c_.s_q + t) * c_.h_q + h] != 0;
+  }
+
+  // ---- device-side values the host cannot check (docs/API.md, contract 1, defined behaviour)
+  // Uploads these cache_seqlens as they are; the reference uses each clamped to
+  // [0, max_blocks_per_seq * page_size], the kernel's rule.
+  void set_device_lengths_unchecked(const std::vector<int32_t>& raw);
+  // Writes `value` into block_table[b][page_index] on the device. Where the reference needs an
+  // entry outside [0, num_blocks) it reads a page of zeros instead, the kernel's rule.
+  void set_block_table_entry(int b, int page_index, int32_t value);
+  int max_blocks_per_seq() const { return cache_->max_blocks_per_seq; }
+  int num_blocks() const { return cache_->num_blocks; }
+
   size_t workspace_bytes() const;
   // The usual sequence: poison, fresh workspace filled with 0xff, plan, run, synchronise, check
   // that nothing failed. Returns false (after adding a failure) if anything threw or CUDA failed.
@@ -128,12 +153,21 @@ class DecodeProblem {
  private:
   void build_q(uint64_t seed);
   void upload_lengths();
+  void make_cache_private();
+  void refresh_nan_rows();
+  void refresh_reference_block_table();
   void compute_reference();
   double budget() const;
 
   DecodeCase c_;
   std::shared_ptr<const PagedCache> cache_;
-  std::vector<int> lengths_;
+  std::shared_ptr<PagedCache> private_cache_;  // cache_ once a test changes the cache
+  std::vector<int> lengths_;                   // what the reference attends to
+  std::vector<int32_t> device_block_table_;    // what the device holds, when a test changed it
+  std::vector<int32_t> ref_block_table_;       // what the reference reads (empty: the cache's)
+  int zero_page_ = -1;                         // a spare page of zeros, for out-of-range ids
+  std::vector<std::array<int, 4>> q_nans_, cache_nans_;
+  std::vector<uint8_t> nan_row_;  // [b][s_q][h_q]
   Strided q_layout_, out_layout_, lse_layout_;
   std::vector<uint16_t> q_host_;
   Outputs poison_image_;

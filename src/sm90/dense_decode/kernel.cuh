@@ -6,7 +6,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "common/cuda_check.h"
 #include "common/device_attributes.h"
@@ -30,6 +33,9 @@ struct KernelParams {
   int s_q;
   int h_kv;
   int page_size;
+  // Keys the block table can hold, max_blocks_per_seq * page_size (capped at INT_MAX): a longer
+  // cache_seqlens[b] attends to this many keys only, so no block-table entry past a row is read.
+  int max_keys;
   bool causal;
   float scale_log2;  // softmax_scale * log2(e): scores are exponentiated with exp2
   detail::RowTiling tiling;
@@ -62,9 +68,18 @@ struct NativeOf<cute::half_t> {
   static __device__ __forceinline__ pair make(float a, float b) { return __floats2half2_rn(a, b); }
 };
 
+// Work units of a request, as the plan counts them (a length <= 0 is one unit). Written without
+// seqlen + 63, which overflows for lengths near INT_MAX.
 __device__ __forceinline__ int units_of(int seqlen) {
-  const int blocks = (seqlen + detail::kBlockN - 1) / detail::kBlockN;
+  const int blocks = seqlen / detail::kBlockN + (seqlen % detail::kBlockN > 0);
   return blocks > 0 ? blocks : 1;
+}
+
+// Keys of a request that are attended: its length clamped to [0, max_keys]. The work units stay
+// those of the unclamped length (the plan, which does not know the block table's size, partitioned
+// them); tiles past the clamp load nothing and are masked whole.
+__device__ __forceinline__ int attended_keys(int seqlen, int max_keys) {
+  return seqlen < 0 ? 0 : (seqlen > max_keys ? max_keys : seqlen);
 }
 
 // Element i of a thread's wgmma accumulator fragment (64 x N tile of one warpgroup) sits at row
@@ -93,6 +108,7 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
     if (seqlen <= 0) continue;
     const int u0 = req == meta.begin_req ? meta.begin_unit : 0;
     const int u1 = req == meta.end_req ? meta.end_unit : units_of(seqlen);
+    const int keys = attended_keys(seqlen, p.max_keys);
     const int32_t* table = p.block_table + req * p.block_table_batch_stride;
 
     dev::mbar_wait(&smem.q_empty, q_phase ^ 1);
@@ -110,10 +126,13 @@ __device__ __forceinline__ void producer_loop(typename Cfg::SharedStorage& smem,
       if (tile == 1) dev::mbar_wait(&smem.k_full[0], 0);
       trace::event(2, tile, trace::kProducerIssue);
       const int token0 = u * Cfg::kBlockN;
-      const int valid = min(Cfg::kBlockN, seqlen - token0);
-      // Only pages that hold tokens of this request are read; block-table entries past the
-      // request's length are never looked at.
-      const int boxes = (valid + rows_per_box - 1) / rows_per_box;
+      const int valid = min(Cfg::kBlockN, keys - token0);
+      // Only pages that hold attended tokens of this request are read; block-table entries past
+      // them (or past max_blocks_per_seq) are never looked at. A tile wholly past the clamp loads
+      // nothing (its barrier completes on the arrival alone); the consumers mask it whole. A page
+      // id outside [0, num_blocks) is a box outside the tensor map: TMA reads no memory and fills
+      // the box with zeros, which still count as its bytes.
+      const int boxes = valid > 0 ? (valid + rows_per_box - 1) / rows_per_box : 0;
       dev::mbar_arrive_expect_tx(&smem.k_full[stage], box_bytes * boxes * Cfg::kChunks);
       for (int b = 0; b < boxes; ++b) {
         const int token = token0 + b * rows_per_box;
@@ -246,11 +265,13 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
     const int u0 = req == meta.begin_req ? meta.begin_unit : 0;
     const int u1 = req == meta.end_req ? meta.end_unit : units_of(seqlen);
 
-    // Keys visible to each of this thread's rows (causal: query i sees s_k - s_q + i + 1 keys).
+    // Keys visible to each of this thread's rows (causal: query i sees s_k - s_q + i + 1 keys), of
+    // the request's attended keys (its length clamped to what the block table holds).
+    const int keys = attended_keys(seqlen, p.max_keys);
     int limit[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) limit[h] = p.causal ? seqlen - p.s_q + row_token[h] + 1 : seqlen;
-    const int mask_from = p.causal ? seqlen - p.s_q + tile_first_token + 1 : seqlen;
+    for (int h = 0; h < 2; ++h) limit[h] = p.causal ? keys - p.s_q + row_token[h] + 1 : keys;
+    const int mask_from = p.causal ? keys - p.s_q + tile_first_token + 1 : keys;
 
     // Reference max (log2 domain of the scaled scores) and row sum, identical in both consumers.
     float row_m[2] = {-INFINITY, -INFINITY};
@@ -288,7 +309,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
         Element* tile = smem.k[stage];
         Element* p_tile = tile + Cfg::kPChunk * kChunkElems;
         const int token0 = u * Cfg::kBlockN;
-        const int valid = min(Cfg::kBlockN, seqlen - token0);
+        const int valid = max(0, min(Cfg::kBlockN, keys - token0));
         float scale[2];
         // The scorer's state between the parts of its softmax: the reference P is taken against,
         // where its rows of P go, and each part's row sums (chain q holds part q's keys when there
@@ -349,7 +370,7 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
           // while the last P V and the epilogue run.
           if (u + 1 == u1) dev::mbar_arrive(&smem.q_empty);
 
-          if (token0 + Cfg::kBlockN > mask_from) {
+          if (token0 > mask_from - Cfg::kBlockN) {  // token0 + 64 could overflow near INT_MAX
             CUTE_UNROLL
             for (int i = 0; i < size(tSrS); ++i) {
               const int key = token0 + frag_col(i, lane);
@@ -511,10 +532,17 @@ __device__ __forceinline__ void consumer_loop(typename Cfg::SharedStorage& smem,
       warpgroup_fence_operand(tOrO);
     }
 
+    // NaN: a NaN in q or in an attended key makes its scores NaN, and exp2 of a NaN is NaN, so the
+    // row sum is NaN. fmaxf drops NaN, so the reference max stays finite or -inf and the scales
+    // never become NaN (nor hide one); a masked score is assigned -inf, which replaces a NaN of a
+    // key the row does not see. A row with a key has a sum >= 1 (the key that set the reference
+    // max contributed exp2(0)) and a row without one exactly 0, so the test is "!= 0", not "> 0":
+    // a NaN sum makes inv and lse NaN, hence out NaN, and a split piece's NaN lse makes the
+    // combine's row NaN. No per-element work is added.
     float inv[2], lse[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const bool any = row_l[h] > 0.f;
+      const bool any = row_l[h] != 0.f;
       inv[h] = any ? 1.f / row_l[h] : 0.f;
       // Natural-log LSE of the scaled scores; a piece with no key is -inf for the combine,
       // a whole request with no key is +inf by the contract.
@@ -700,6 +728,8 @@ void launch(const DenseDecodeParams& params, const DecodeSchedule& schedule, cud
   kp.s_q = params.s_q;
   kp.h_kv = params.h_kv;
   kp.page_size = params.page_size;
+  kp.max_keys = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(params.max_blocks_per_seq) * params.page_size,
+                                                   std::numeric_limits<int32_t>::max()));
   kp.causal = params.causal && params.s_q > 1;
   const float scale = params.softmax_scale > 0.f ? params.softmax_scale : 1.f / std::sqrt(static_cast<float>(params.d_qk));
   kp.scale_log2 = scale * 1.4426950408889634f;
