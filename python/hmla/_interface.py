@@ -39,6 +39,20 @@ _NOT_IMPLEMENTED_SPARSE_PREFILL = "hmla: the sparse prefill kernel is not implem
 
 _MAX_S_Q = 16
 _MAX_H_Q = 128
+_D_V = 512  # head_dim_v: the only value hmla's kernels (and FlashMLA's) support
+
+
+class _NoTorchCompile:
+    """What the attention functions see of torch.compile where PyTorch is absent: never tracing."""
+
+    @staticmethod
+    def is_compiling() -> bool:
+        return False
+
+
+# While torch.compile traces a call, the call takes hmla._torch_library's path (PyTorch custom ops)
+# instead of the extension's, which Dynamo cannot trace. That module puts itself here on import.
+_torch_compile: Any = _NoTorchCompile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +105,7 @@ class FlashMLASchedMeta:
         self._lengths: Any = None  # sparse: (topk_length, extra_topk_length) the last plan read
         self._workspace_fw: Any = None  # the adapter that allocated the workspace
         self._workspace_device: Optional[int] = None
+        self._graph_plan: Any = None  # what a torch.compile graph planned into the workspace (a key tuple)
 
     # ---- FlashMLA's fields
     @property
@@ -105,6 +120,8 @@ class FlashMLASchedMeta:
                 "next call); hmla keeps its schedule in the metadata object's workspace"
             )
         self._schedule = value
+        if value is None:
+            self._graph_plan = None  # compiled calls re-plan too
 
     @property
     def num_splits(self) -> Any:
@@ -186,15 +203,21 @@ def _ensure_workspace(meta: FlashMLASchedMeta, fw: Adapter, like: Any, need: int
         meta._workspace_device = device
 
 
+def _dense_plan_into(workspace: Any, wfw: Adapter, cache_seqlens: Any, fw: Adapter, s_q: int, h_q: int, h_kv: int,
+                     fn: str) -> Any:
+    """hmla's dense plan for the lengths in cache_seqlens, written into workspace (of wfw's framework) on
+    the current stream of cache_seqlens' framework fw; returns the schedule."""
+    return _C.dense_decode_plan(export(cache_seqlens, fw, fn, "cache_seqlens"), s_q, h_q, h_kv,
+                                export(workspace, wfw, fn, "workspace"), fw.stream(cache_seqlens), fn)
+
+
 def _plan(meta: FlashMLASchedMeta, fw: Adapter, cache_seqlens: Any, s_q: int, h_q: int, h_kv: int, fn: str) -> Any:
     """Makes sure the workspace is large enough (allocating it with fw), then plans into it."""
     device = _device_of(fw, cache_seqlens, fn, "cache_seqlens")
     batch = _batch_of(cache_seqlens, fn)
     need = _C.dense_decode_workspace_bytes(batch, s_q, h_q, h_kv, device, fn)
     _ensure_workspace(meta, fw, cache_seqlens, need, device)
-    stream = fw.stream(cache_seqlens)
-    ws = export(meta.workspace, meta._workspace_fw, fn, "workspace")
-    meta._schedule = _C.dense_decode_plan(export(cache_seqlens, fw, fn, "cache_seqlens"), s_q, h_q, h_kv, ws, stream, fn)
+    meta._schedule = _dense_plan_into(meta.workspace, meta._workspace_fw, cache_seqlens, fw, s_q, h_q, h_kv, fn)
     meta._seqlens = cache_seqlens
     meta._plan_shape = (s_q, h_q, h_kv)
     return meta._schedule
@@ -230,6 +253,8 @@ def get_mla_metadata(
     """
     fn = "get_mla_metadata"
     meta = FlashMLASchedMeta()
+    if _torch_compile.is_compiling():
+        return meta, None  # the compiled flash_mla_with_kvcache call allocates and plans in the graph
     if cache_seqlens is None or is_fp8_kvcache or topk is not None:
         return meta, None  # nothing to prepare: plan on the first call (sparse: it knows topk and the lengths)
 
@@ -296,13 +321,18 @@ def _check_config(meta: FlashMLASchedMeta, config: "FlashMLASchedMeta.Config", f
                 )
 
 
-def _first_dense_call(meta, fw, q, k_cache, block_table, cache_seqlens, head_dim_v, causal, key, fn):
-    """Slow path of flash_mla_with_kvcache: checks, config bookkeeping, and the plan when needed."""
+def _check_dense_scalars(block_table, cache_seqlens, head_dim_v, fn):
+    """The dense call's checks that need no array memory (shared with the torch.compile path)."""
     if block_table is None or cache_seqlens is None:
         missing = "block_table" if block_table is None else "cache_seqlens"
         raise ValueError(f"hmla.{fn}: argument '{missing}' is None; block_table and cache_seqlens are required for dense attention")
     if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, numbers.Integral):
         raise TypeError(f"hmla.{fn}: argument 'head_dim_v' is {head_dim_v!r}, expected the int 512")
+
+
+def _first_dense_call(meta, fw, q, k_cache, block_table, cache_seqlens, head_dim_v, causal, key, fn):
+    """Slow path of flash_mla_with_kvcache: checks, config bookkeeping, and the plan when needed."""
+    _check_dense_scalars(block_table, cache_seqlens, head_dim_v, fn)
     # Full argument check (FlashMLA's checks plus hmla's stride/alignment checks) before anything runs.
     shape = _C.check_dense_decode_args(
         export(q, fw, fn, "q"), export(k_cache, fw, fn, "k_cache"), export(block_table, fw, fn, "block_table"),
@@ -372,6 +402,9 @@ def flash_mla_with_kvcache(
                                    ("extra_indices_in_kvcache", extra_indices_in_kvcache),
                                    ("topk_length", topk_length), ("extra_topk_length", extra_topk_length)) if v is not None)
         raise ValueError(f"hmla.{fn}: argument '{name}' must be None for dense attention (it needs indices)")
+    if _torch_compile.is_compiling():
+        return _torch_compile.dense_decode(meta, q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale,
+                                           causal)
 
     fw = _BY_TYPE.get(type(q)) or adapter_for(q, fn, "q")
     if fw.host:
@@ -389,7 +422,14 @@ def flash_mla_with_kvcache(
         sched = _first_dense_call(meta, fw, q, k_cache, block_table, cache_seqlens, head_dim_v, causal, key, fn)
     if softmax_scale is None:
         softmax_scale = d_qk ** -0.5
-    out, lse = fw.alloc_outputs(q, (b, s_q, h_q, head_dim_v), (b, h_q, s_q))
+    return _run_dense(fw, q, k_cache, block_table, cache_seqlens, sched, softmax_scale, causal, fn)
+
+
+def _run_dense(fw, q, k_cache, block_table, cache_seqlens, sched, softmax_scale, causal, fn):
+    """Allocates (out, lse) with q's framework fw and runs the dense attention with sched on q's stream
+    (the eager call's and the PyTorch custom op's launch)."""
+    b, s_q, h_q, _ = q.shape
+    out, lse = fw.alloc_outputs(q, (b, s_q, h_q, _D_V), (b, h_q, s_q))
     stream = fw.stream(q)
     dl = fw.dl
     qt = type(q)
@@ -426,25 +466,30 @@ def _sparse_exports(arrays, fn):
     return caps
 
 
+def _sparse_plan_into(workspace: Any, wfw: Adapter, batch: int, s_q: int, h_q: int, topk: int, extra: bool,
+                      extra_topk: int, topk_length: Any, extra_topk_length: Any, fn: str) -> Any:
+    """hmla's sparse plan (for the values in the optional length arrays), written into workspace (of wfw's
+    framework) on that framework's current stream; returns the schedule."""
+    lengths = _sparse_exports((None, None, None, topk_length, None, None, None, extra_topk_length), fn)
+    return _C.sparse_decode_plan(batch, s_q, h_q, topk, lengths[3], extra, extra_topk, lengths[7],
+                                 export(workspace, wfw, fn, "workspace"), wfw.stream(workspace), fn)
+
+
 def _plan_sparse(meta: FlashMLASchedMeta, fw: Adapter, like: Any, plan: _SparsePlan, topk_length: Any,
                  extra_topk_length: Any, fn: str) -> Any:
     """Makes sure the workspace is large enough (allocating it with fw, like `like`), then plans into it
     on the workspace's current stream."""
     need = _C.sparse_decode_workspace_bytes(plan.batch, plan.s_q, plan.h_q, plan.device, fn)
     _ensure_workspace(meta, fw, like, need, plan.device)
-    wfw = meta._workspace_fw
-    lengths = _sparse_exports((None, None, None, topk_length, None, None, None, extra_topk_length), fn)
-    meta._schedule = _C.sparse_decode_plan(plan.batch, plan.s_q, plan.h_q, plan.topk, lengths[3], plan.extra,
-                                           plan.extra_topk, lengths[7], export(meta.workspace, wfw, fn, "workspace"),
-                                           wfw.stream(meta.workspace), fn)
+    meta._schedule = _sparse_plan_into(meta.workspace, meta._workspace_fw, plan.batch, plan.s_q, plan.h_q, plan.topk,
+                                       plan.extra, plan.extra_topk, topk_length, extra_topk_length, fn)
     meta._plan_shape = plan
     meta._lengths = (topk_length, extra_topk_length)
     return meta._schedule
 
 
-def _first_sparse_call(meta, fw, arrays, head_dim_v, softmax_scale, causal, is_fp8_kvcache, key, fn):
-    """Slow path of sparse flash_mla_with_kvcache: every check, config bookkeeping, the plan when needed."""
-    q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices, extra_topk_length = arrays
+def _check_sparse_scalars(indices, head_dim_v, softmax_scale, causal, is_fp8_kvcache, fn):
+    """The sparse call's checks that need no array memory (shared with the torch.compile path)."""
     if indices is None:
         raise ValueError(
             f"hmla.{fn}: argument 'is_fp8_kvcache' is True but 'indices' is None: FP8 KV caches are used by "
@@ -458,6 +503,12 @@ def _first_sparse_call(meta, fw, arrays, head_dim_v, softmax_scale, causal, is_f
         raise TypeError(f"hmla.{fn}: argument 'softmax_scale' is {softmax_scale!r}, expected a float or None")
     if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, numbers.Integral):
         raise TypeError(f"hmla.{fn}: argument 'head_dim_v' is {head_dim_v!r}, expected the int 512")
+
+
+def _first_sparse_call(meta, fw, arrays, head_dim_v, softmax_scale, causal, is_fp8_kvcache, key, fn):
+    """Slow path of sparse flash_mla_with_kvcache: every check, config bookkeeping, the plan when needed."""
+    q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices, extra_topk_length = arrays
+    _check_sparse_scalars(indices, head_dim_v, softmax_scale, causal, is_fp8_kvcache, fn)
     # Every check (the metadata here, the rest in hmla::validate) before anything is allocated or
     # launched; 0 stands for the default scale.
     shape = _C.check_sparse_decode_args(*_sparse_exports(arrays, fn), int(head_dim_v),
@@ -480,6 +531,10 @@ def _first_sparse_call(meta, fw, arrays, head_dim_v, softmax_scale, causal, is_f
 def _sparse_decode(meta, q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_kvcache, indices, attn_sink,
                    extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length):
     fn = "flash_mla_with_kvcache"
+    if _torch_compile.is_compiling():
+        return _torch_compile.sparse_decode(meta, q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_kvcache,
+                                            indices, attn_sink, extra_k_cache, extra_indices_in_kvcache, topk_length,
+                                            extra_topk_length)
     fw = _BY_TYPE.get(type(q)) or adapter_for(q, fn, "q")
     if fw.host:
         raise ValueError(f"hmla.{fn}: argument 'q' is a host ({fw.name}) array, expected a CUDA device array")
@@ -498,7 +553,15 @@ def _sparse_decode(meta, q, k_cache, head_dim_v, softmax_scale, causal, is_fp8_k
         b, s_q, h_q, d_qk = q.shape
     if softmax_scale is None:
         softmax_scale = d_qk ** -0.5
-    out, lse = fw.alloc_outputs(q, (b, s_q, h_q, 512), (b, h_q, s_q))
+    return _run_sparse(fw, arrays, sched, softmax_scale, fn)
+
+
+def _run_sparse(fw, arrays, sched, softmax_scale, fn):
+    """Allocates (out, lse) with q's framework fw and runs the sparse attention with sched on q's stream
+    (the eager call's and the PyTorch custom op's launch). arrays: the inputs in _SPARSE_ARGS order."""
+    q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices_in_kvcache, extra_topk_length = arrays
+    b, s_q, h_q, _ = q.shape
+    out, lse = fw.alloc_outputs(q, (b, s_q, h_q, _D_V), (b, h_q, s_q))
     stream = fw.stream(q)
     dl = fw.dl
     qt = type(q)
