@@ -6,7 +6,10 @@
 #   scripts/gpu_sparse.sh [steps]   steps: comma list of tests,densetests,sanitize,bench,compare,dense,python,ab
 #                                   (default: tests,sanitize,bench,python,compare; densetests = a dense
 #                                   subset of the GPU suite; dense = compare.py's dense rows too; ab = the
-#                                   bench's sparse rows, this build against HMLA_AB_BASE)
+#                                   bench's sparse rows, this build against HMLA_AB_BASE; more = the NaN,
+#                                   device-value, merge and fuzz suites; merge = the merge op's bench rows;
+#                                   overhead = python/tests/bench_overhead.py)
+# HMLA_PY_INSTALLED=1: the Python package is already installed (built earlier in the same call).
 # Knobs: HMLA_TEST_TIMEOUT, HMLA_SANITIZERS ("memcheck racecheck"), HMLA_SANITIZER_FILTER,
 # HMLA_SANITIZER_TIMEOUT, HMLA_COMPARE_TIMEOUT (seconds).
 # HMLA_BIN=dir: use hmla_gpu_tests, hmla_cpu_tests and hmla-bench from dir (built on the workstation
@@ -42,6 +45,19 @@ if has densetests; then
   "$C" --gtest_brief=1 > "$OUT/cpu_tests.log" 2>&1 || status=1
   tail -n 2 "$OUT/cpu_tests.log"
 fi
+if has more; then
+  echo "== gpu tests: NaN, device-side values, merge, fuzz of both decode families"
+  timeout "${HMLA_MORE_TIMEOUT:-200}" "$T" --gtest_brief=1 \
+    --gtest_filter='DenseDecodeNaN.*:DenseDecodeDeviceValues*.*:Cases/MergeGpu.*:*Fuzz*' > "$OUT/more_tests.log" 2>&1 || status=1
+  grep -E "FAILED|PASSED|tests ran|Failure|seed|cases" "$OUT/more_tests.log" | tail -n 30
+fi
+if has merge; then
+  echo "== hmla-bench merge rows"
+  for row in "--b 32 --h-q 128" "--b 128 --h-q 128 --states 8" "--b 32768 --h-q 16"; do
+    # shellcheck disable=SC2086
+    timeout 60 "$B" merge $row --check --no-ceilings 2>&1 | tail -n 2
+  done | tee "$OUT/merge_bench.log"
+fi
 if has sanitize; then
   for tool in ${HMLA_SANITIZERS:-memcheck racecheck}; do
     timeout "${HMLA_SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$T" --gtest_brief=1 \
@@ -55,7 +71,7 @@ if has bench; then
     --json "$OUT/sparse_bench.json" > "$OUT/sparse_bench.log" 2>&1 || status=1
   tail -n 24 "$OUT/sparse_bench.log"
 fi
-if has python || has compare; then
+if { has python || has compare; } && [ "${HMLA_PY_INSTALLED:-0}" != 1 ]; then
   echo "== python package"
   export PIP_BREAK_SYSTEM_PACKAGES=1
   # Installed into the interpreter, as a user has it: the FlashMLA-style script tests run it in a
@@ -75,17 +91,24 @@ fi
 if has python; then
   echo "== python gpu tests (sparse)"
   timeout "${HMLA_PY_TIMEOUT:-300}" python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_gpu_sparse.py \
-    python/tests/test_gpu_flashmla_script.py > "$OUT/python_sparse.log" 2>&1 || status=1
-  tail -n 15 "$OUT/python_sparse.log"
+    python/tests/test_gpu_flashmla_script.py python/tests/test_gpu_compile.py python/tests/test_cpu_torch_library.py \
+    python/tests/test_gpu_merge.py python/tests/test_gpu_torch.py python/tests/test_gpu_graph.py \
+    > "$OUT/python_sparse.log" 2>&1 || status=1
+  tail -n 25 "$OUT/python_sparse.log"
+fi
+if has overhead; then
+  echo "== host overhead of a small decode call (python/tests/bench_overhead.py)"
+  OUT="$OUT" timeout "${HMLA_OVERHEAD_TIMEOUT:-60}" python3 python/tests/bench_overhead.py > "$OUT/overhead.log" 2>&1 || status=1
+  tail -n 20 "$OUT/overhead.log"
 fi
 if has ab; then
-  # HMLA_AB_BASE: a prebuilt hmla-bench named bench_NAME (for example main's, built on the
+  # HMLA_AB_BASE: prebuilt hmla-bench binaries named bench_NAME (space-separated; for example main's, built on the
   # workstation), timed against this build's row by row on the sparse rows.
   echo "== A/B: this build against ${HMLA_AB_BASE:?HMLA_AB_BASE names the baseline hmla-bench}"
   mkdir -p build-gpu/tools/hmla-bench
   [ "$B" -ef build-gpu/tools/hmla-bench/hmla-bench ] || cp "$B" build-gpu/tools/hmla-bench/hmla-bench
   HMLA_AB_PREBUILT=1 HMLA_AB_REPS=${HMLA_AB_REPS:-1} HMLA_AB_ROWS="${HMLA_AB_ROWS:---sweep default --only sparse_decode}" \
-    timeout "${HMLA_AB_TIMEOUT:-240}" bash scripts/gpu_ab.sh "$HMLA_AB_BASE" > "$OUT/ab.log" 2>&1 || status=1
+    timeout "${HMLA_AB_TIMEOUT:-240}" bash scripts/gpu_ab.sh $HMLA_AB_BASE > "$OUT/ab.log" 2>&1 || status=1
   cat "$OUT/ab.log" | cut -c1-150
 fi
 # The device tool brings back at most 8 files: the logs travel as one archive beside the JSON.

@@ -65,11 +65,10 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
-// Asks the copy engine to bring `bytes` (a multiple of 16) at a 16-byte aligned global address into
-// L2, without registers or shared memory; later loads of those bytes hit L2.
-__device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<uint64_t>(ptr)), "r"(bytes)
-               : "memory");
+
+// The L2 sector holding p, asked for by one thread: a hint, with per-thread addresses.
+__device__ __forceinline__ void prefetch_l2_sector(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<uint64_t>(p)) : "memory");
 }
 
 // ---- ordering ----

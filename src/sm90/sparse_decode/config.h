@@ -39,6 +39,7 @@ struct CacheFormat<SparseCacheLayout::kV32> {
   static constexpr int kRopeOffset = 528;    // after the NoPE values and 4 float32 scales
   static constexpr int kScaleWords = 4;      // 4-byte words of a token's scales: 4 float32
   static constexpr int kDataBytes = 656;     // a token's bytes from its start, scales included
+  static constexpr int kDataSectors = 21;    // 32-byte sectors they touch (a token starts 16-byte aligned)
   static constexpr bool kScalesApart = false;
   // Byte offset of token `offset`'s scales from its page: inside the token, after the NoPE values.
   __host__ __device__ static int64_t scale_offset(int /*page_size*/, int offset) {
@@ -57,6 +58,7 @@ struct CacheFormat<SparseCacheLayout::kModel1> {
   static constexpr int kRopeOffset = 448;
   static constexpr int kScaleWords = 2;      // 7 UE8M0 bytes, padded to 8
   static constexpr int kDataBytes = 576;     // NoPE and RoPE; the scales sit apart
+  static constexpr int kDataSectors = 19;
   static constexpr bool kScalesApart = true;
   // The scales of every token follow the page's token data, 8 bytes per token.
   __host__ __device__ static int64_t scale_offset(int page_size, int offset) {
@@ -101,6 +103,7 @@ struct Config {
   static_assert(kTokensPerProducerWarp * kRopePieces % 32 == 0, "whole RoPE pieces per lane");
   static_assert(kTokensPerProducerWarp * Format::kScaleWords % 32 == 0, "whole scale words per lane");
   static_assert(kTokensPerProducerWarp <= 32, "one token's addresses per lane");
+  static_assert(Format::kDataSectors * 32 >= Format::kDataBytes + 16, "the prefetches cover a 16-byte aligned token");
   static_assert(kNopePieces <= 32, "one NoPE piece per lane");
   static_assert(Format::kNope + 64 == kHeadDim && Format::kNope % kChunkCols == 0, "RoPE is the last chunk");
 

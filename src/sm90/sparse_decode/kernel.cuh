@@ -104,12 +104,21 @@ __device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache
     const uint8_t* page_start = cache.data + static_cast<int64_t>(page) * cache.block_stride_bytes;
     t.data = page_start + static_cast<int64_t>(offset) * Format::kTokenStride;
     t.scales = page_start + Format::scale_offset(cache.page_size, offset);
-    // Asked into L2 now, loaded into registers two tiles later: the loads then wait for L2, not
-    // for HBM.
-    dev::prefetch_l2(t.data, Format::kDataBytes);
-    if constexpr (Format::kScalesApart)
-      dev::prefetch_l2(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(t.scales) & ~uintptr_t{15}), 16);
+    if constexpr (Format::kScalesApart) dev::prefetch_l2_sector(t.scales);
   }
+  // The tokens are asked into L2 now and loaded into registers two tiles later, so the loads wait
+  // for L2, not for HBM. One prefetch per 32-byte sector, 32 lanes at a time: a bulk prefetch
+  // takes its address in a uniform register, which the compiler serialises over the lanes.
+  constexpr int kPrefetches = Cfg::kTokensPerProducerWarp * Format::kDataSectors;
+#pragma unroll
+  for (int j = 0; j < (kPrefetches + 31) / 32; ++j) {
+    const int k = 32 * j + lane;
+    const int token = k / Format::kDataSectors;
+    const uint8_t* d = shfl_ptr(t.data, token < Cfg::kTokensPerProducerWarp ? token : 0);
+    if (k < kPrefetches && ((t.valid >> token) & 1u)) dev::prefetch_l2_sector(d + 32 * (k % Format::kDataSectors));
+  }
+  // The indices two tiles on, so that locating them then finds them in L2.
+  if (lane < Cfg::kTokensPerProducerWarp && pos + 2 * Cfg::kBlockN < keys) dev::prefetch_l2_sector(list + pos + 2 * Cfg::kBlockN);
   return t;
 }
 
@@ -163,9 +172,9 @@ struct TileRows {
     for (int i = 0; i < kTokens; ++i) {
       const int source = (i % kTokensPerScaleReg) * Format::kScaleWords + Format::scale_word_of_piece(lane);
       const uint32_t word = __shfl_sync(0xffffffffu, scale_words[i / kTokensPerScaleReg], source);
+      uint4 lo, hi;
+      dev::dequant16_e4m3_to_bf16(nope[i], Format::scale_of_piece(word, lane), lo, hi);
       if (lane < Cfg::kNopePieces) {
-        uint4 lo, hi;
-        dev::dequant16_e4m3_to_bf16(nope[i], Format::scale_of_piece(word, lane), lo, hi);
         st_swizzled(tile, lane / 4, row0 + i, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo);
         st_swizzled(tile, lane / 4, row0 + i, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi);
       }
