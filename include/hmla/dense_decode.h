@@ -29,6 +29,12 @@ DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_
                                  void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                  int num_sms = 0);
 
+// The schedule dense_decode_plan returns for these arguments, rebuilt without planning again (nothing
+// is launched or read): for a caller that keeps a planned workspace but not the returned value, such
+// as a compiled graph whose plan and runs are separate nodes. The workspace must hold that plan.
+DecodeSchedule dense_decode_schedule(int batch, int s_q, int h_q, int h_kv, void* workspace, size_t workspace_bytes,
+                                     int num_sms = 0);
+
 // Runs the attention for one layer. params.cache_seqlens must hold the lengths the plan saw.
 void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule,
                       cudaStream_t stream);

@@ -32,6 +32,11 @@ size_t sparse_decode_workspace_bytes(int batch, int s_q, int h_q, int num_sms = 
 DecodeSchedule sparse_decode_plan(const SparseDecodeParams& params, void* workspace,
                                   size_t workspace_bytes, cudaStream_t stream, int num_sms = 0);
 
+// The schedule sparse_decode_plan returns for this shape, rebuilt without planning again (nothing is
+// launched or read), as dense_decode_schedule. The workspace must hold that plan.
+DecodeSchedule sparse_decode_schedule(int batch, int s_q, int h_q, void* workspace, size_t workspace_bytes,
+                                      int num_sms = 0);
+
 // Runs the attention for one layer. topk_length / extra_topk_length must hold the values the plan
 // saw, and batch, s_q, h_q, topk, extra_topk and the extra cache's presence must be the plan's.
 void sparse_decode_run(const SparseDecodeParams& params, const DecodeSchedule& schedule,

@@ -11,11 +11,13 @@ extension, so while torch.compile traces ``flash_mla_with_kvcache`` the call tak
     the attention: reads the plan from the workspace, writes partial results there (mutated),
     returns ``(out, lse)`` shaped and typed as the eager call's.
 
-In the graph the metadata object is its workspace, a uint8 tensor: the plan's device part lives there.
-The host part of hmla's schedule (a few ints and pointers into the workspace) is a function of the
-shape, the device and the workspace's address alone, so each op body finds it in ``_SCHEDULES``, filled
-by the plan ops; a run whose workspace no plan op has seen at that address (one planned by an eager
-call, or a copy made by the compiler) plans it first, from its own length arrays.
+In the graph the metadata object is its workspace, a uint8 tensor: the plan's device part lives there,
+and a run node rebuilds the host part (a few ints and pointers into the workspace, a function of the
+shape and the workspace's address) from it without planning again (``_C.dense_decode_schedule``,
+hmla::dense_decode_schedule in C++). A run op therefore reads the plan its workspace holds, as the C++
+run does: the graph's plan node writes it, or an eager plan into the same metadata object did. (A
+cache of host schedules by workspace address would be wrong for a new workspace allocated where a
+planned one was freed.)
 
 A compiled function plans once per metadata object, at its first call in the trace (later calls, other
 layers, only run), exactly when an eager call would: a fresh metadata object (``get_mla_metadata()``
@@ -29,31 +31,13 @@ from typing import Any, Optional, Tuple
 import torch
 
 from . import _C, _interface
-from ._frameworks import _singleton
+from ._frameworks import _singleton, export
 
 _FN = "flash_mla_with_kvcache"
 _TORCH = _singleton("torch")
 _Q_LAYOUT = "[batch, s_q, h_q, head_dim]"
 
 is_compiling = torch.compiler.is_compiling
-
-
-# ---------------------------------------------------------------------------------------------
-# Host schedules by workspace (see the module docstring). Bounded: a forgotten entry only costs a
-# re-plan, from the same lengths, by the next run that needs it.
-_SCHEDULES: dict = {}
-_MAX_SCHEDULES = 256
-
-
-def _schedule_key(plan_key: tuple, workspace: torch.Tensor) -> tuple:
-    return (plan_key, workspace.data_ptr(), workspace.numel(), workspace.get_device())
-
-
-def _remember(plan_key: tuple, workspace: torch.Tensor, schedule: Any) -> Any:
-    if len(_SCHEDULES) >= _MAX_SCHEDULES:
-        _SCHEDULES.clear()
-    _SCHEDULES[_schedule_key(plan_key, workspace)] = schedule
-    return schedule
 
 
 def _shape(x: torch.Tensor, ndim: int, arg: str, layout: str) -> list:
@@ -92,8 +76,7 @@ def _outputs(q: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
 
 @torch.library.custom_op("hmla::dense_decode_plan", mutates_args=("workspace",))
 def dense_decode_plan(cache_seqlens: torch.Tensor, workspace: torch.Tensor, s_q: int, h_q: int, h_kv: int) -> None:
-    schedule = _interface._dense_plan_into(workspace, _TORCH, cache_seqlens, _TORCH, s_q, h_q, h_kv, _FN)
-    _remember(_dense_key(int(cache_seqlens.shape[0]), s_q, h_q, h_kv), workspace, schedule)
+    _interface._dense_plan_into(workspace, _TORCH, cache_seqlens, _TORCH, s_q, h_q, h_kv, _FN)
 
 
 @dense_decode_plan.register_fake
@@ -106,11 +89,7 @@ def dense_decode_run(q: torch.Tensor, k_cache: torch.Tensor, block_table: torch.
                      workspace: torch.Tensor, softmax_scale: float, causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     b, s_q, h_q, _ = _shape(q, 4, "q", _Q_LAYOUT)
     h_kv = _shape(k_cache, 4, "k_cache", "[num_blocks, page_block_size, h_kv, head_dim]")[2]
-    key = _dense_key(b, s_q, h_q, h_kv)
-    schedule = _SCHEDULES.get(_schedule_key(key, workspace))
-    if schedule is None:
-        schedule = _remember(key, workspace, _interface._dense_plan_into(workspace, _TORCH, cache_seqlens, _TORCH,
-                                                                         s_q, h_q, h_kv, _FN))
+    schedule = _C.dense_decode_schedule(export(workspace, _TORCH, _FN, "workspace"), b, s_q, h_q, h_kv, _FN)
     return _interface._run_dense(_TORCH, q, k_cache, block_table, cache_seqlens, schedule, softmax_scale, causal, _FN)
 
 
@@ -123,10 +102,8 @@ def _dense_decode_run_fake(q, k_cache, block_table, cache_seqlens, workspace, so
 def sparse_decode_plan(workspace: torch.Tensor, topk_length: Optional[torch.Tensor],
                        extra_topk_length: Optional[torch.Tensor], batch: int, s_q: int, h_q: int, topk: int,
                        extra: bool, extra_topk: int) -> None:
-    schedule = _interface._sparse_plan_into(workspace, _TORCH, batch, s_q, h_q, topk, extra, extra_topk, topk_length,
-                                            extra_topk_length, _FN)
-    key = ("sparse", batch, s_q, h_q, topk, extra, extra_topk, topk_length is not None, extra_topk_length is not None)
-    _remember(key, workspace, schedule)
+    _interface._sparse_plan_into(workspace, _TORCH, batch, s_q, h_q, topk, extra, extra_topk, topk_length,
+                                 extra_topk_length, _FN)
 
 
 @sparse_decode_plan.register_fake
@@ -140,12 +117,10 @@ def sparse_decode_run(q: torch.Tensor, k_cache: torch.Tensor, indices: torch.Ten
                       extra_k_cache: Optional[torch.Tensor], extra_indices_in_kvcache: Optional[torch.Tensor],
                       extra_topk_length: Optional[torch.Tensor], workspace: torch.Tensor,
                       softmax_scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    key = _sparse_key(q, indices, topk_length, extra_k_cache, extra_indices_in_kvcache, extra_topk_length)
-    schedule = _SCHEDULES.get(_schedule_key(key, workspace))
-    if schedule is None:
-        _, batch, s_q, h_q, topk, extra, extra_topk, _, _ = key
-        schedule = _remember(key, workspace, _interface._sparse_plan_into(
-            workspace, _TORCH, batch, s_q, h_q, topk, extra, extra_topk, topk_length, extra_topk_length, _FN))
+    _, batch, s_q, h_q, topk, extra, extra_topk, with_length, with_extra_length = _sparse_key(
+        q, indices, topk_length, extra_k_cache, extra_indices_in_kvcache, extra_topk_length)
+    schedule = _C.sparse_decode_schedule(export(workspace, _TORCH, _FN, "workspace"), batch, s_q, h_q, topk,
+                                         with_length, extra, extra_topk, with_extra_length, _FN)
     arrays = (q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices_in_kvcache, extra_topk_length)
     return _interface._run_sparse(_TORCH, arrays, schedule, softmax_scale, _FN)
 

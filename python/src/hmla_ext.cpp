@@ -402,6 +402,21 @@ Schedule plan(nb::handle seqlens_obj, int s_q, int h_q, int h_kv, nb::handle wor
   return out;
 }
 
+// The schedule a dense plan wrote into workspace, without planning again (a compiled graph's run
+// node, whose plan is another node).
+Schedule schedule_of(nb::handle workspace_obj, int batch, int s_q, int h_q, int h_kv, const char* fn) {
+  OutArray ws = import_array<OutArray>(workspace_obj, fn, "workspace");
+  int device = -1;
+  check_device(fn, "workspace", ws, true, &device);
+  check_ndim(fn, "workspace", ws, 1, "[bytes]");
+  check_contiguous_1d(fn, "workspace", ws);
+  DeviceGuard guard(device);
+  Schedule out;
+  out.device = device;
+  out.s = translate(fn, [&] { return hmla::dense_decode_schedule(batch, s_q, h_q, h_kv, ws.data(), ws.nbytes()); });
+  return out;
+}
+
 void dense_run(nb::handle q_obj, nb::handle k_obj, nb::handle bt_obj, nb::handle sl_obj, nb::handle out_obj,
                nb::handle lse_obj, const Schedule& sched, double softmax_scale, bool causal,
                uintptr_t stream) {
@@ -739,6 +754,27 @@ Schedule sparse_plan(int batch, int s_q, int h_q, int topk, nb::handle topk_len_
   return out;
 }
 
+// The schedule a sparse plan with these options wrote into workspace, without planning again.
+Schedule sparse_schedule_of(nb::handle workspace_obj, int batch, int s_q, int h_q, int topk, bool topk_length,
+                            bool extra, int extra_topk, bool extra_topk_length, const char* fn) {
+  OutArray ws = import_array<OutArray>(workspace_obj, fn, "workspace");
+  int device = -1;
+  check_device(fn, "workspace", ws, true, &device);
+  check_ndim(fn, "workspace", ws, 1, "[bytes]");
+  check_contiguous_1d(fn, "workspace", ws);
+  DeviceGuard guard(device);
+  Schedule out;
+  out.device = device;
+  out.sparse = true;
+  out.sparse_key.topk = topk;
+  out.sparse_key.extra = extra;
+  out.sparse_key.extra_topk = extra ? extra_topk : 0;
+  out.sparse_key.topk_length = topk_length;
+  out.sparse_key.extra_topk_length = extra_topk_length;
+  out.s = translate_sparse(fn, [&] { return hmla::sparse_decode_schedule(batch, s_q, h_q, ws.data(), ws.nbytes()); });
+  return out;
+}
+
 void sparse_run(nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj, nb::handle topk_len_obj, nb::handle sink_obj,
                 nb::handle extra_k_obj, nb::handle extra_idx_obj, nb::handle extra_len_obj, nb::handle out_obj,
                 nb::handle lse_obj, const Schedule& sched, double softmax_scale, uintptr_t stream) {
@@ -1004,6 +1040,8 @@ NB_MODULE(_C, m) {
         nb::arg("h_kv"), nb::arg("device"), nb::arg("fn"));
   m.def("dense_decode_plan", &plan, nb::arg("cache_seqlens"), nb::arg("s_q"), nb::arg("h_q"), nb::arg("h_kv"),
         nb::arg("workspace"), nb::arg("stream"), nb::arg("fn"));
+  m.def("dense_decode_schedule", &schedule_of, nb::arg("workspace"), nb::arg("batch"), nb::arg("s_q"), nb::arg("h_q"),
+        nb::arg("h_kv"), nb::arg("fn"));
   m.def("dense_decode_run", &dense_run, nb::arg("q"), nb::arg("k_cache"), nb::arg("block_table"),
         nb::arg("cache_seqlens"), nb::arg("out"), nb::arg("lse"), nb::arg("schedule"), nb::arg("softmax_scale"),
         nb::arg("causal"), nb::arg("stream"));
@@ -1019,6 +1057,9 @@ NB_MODULE(_C, m) {
   m.def("sparse_decode_plan", &sparse_plan, nb::arg("batch"), nb::arg("s_q"), nb::arg("h_q"), nb::arg("topk"),
         nb::arg("topk_length").none(), nb::arg("extra"), nb::arg("extra_topk"), nb::arg("extra_topk_length").none(),
         nb::arg("workspace"), nb::arg("stream"), nb::arg("fn"));
+  m.def("sparse_decode_schedule", &sparse_schedule_of, nb::arg("workspace"), nb::arg("batch"), nb::arg("s_q"),
+        nb::arg("h_q"), nb::arg("topk"), nb::arg("topk_length"), nb::arg("extra"), nb::arg("extra_topk"),
+        nb::arg("extra_topk_length"), nb::arg("fn"));
   m.def("sparse_decode_run", &sparse_run, nb::arg("q"), nb::arg("k_cache"), nb::arg("indices"),
         nb::arg("topk_length").none(), nb::arg("attn_sink").none(), nb::arg("extra_k_cache").none(),
         nb::arg("extra_indices_in_kvcache").none(), nb::arg("extra_topk_length").none(), nb::arg("out"),

@@ -184,6 +184,8 @@ def test_opcheck_dense_ops(torch_cuda):
     ws = torch.empty(hmla._C.dense_decode_workspace_bytes(B, S_Q, H_Q, 1, 0, "test"), dtype=torch.uint8,
                      device="cuda")
     torch.library.opcheck(torch.ops.hmla.dense_decode_plan.default, (sl, ws, S_Q, H_Q, 1))
+    # A run reads the plan its workspace holds (opcheck runs it on copies of ws): ws is planned first.
+    torch.ops.hmla.dense_decode_plan(sl, ws, S_Q, H_Q, 1)
     torch.library.opcheck(torch.ops.hmla.dense_decode_run.default, (q, k, bt, sl, ws, 0.1, True))
 
 
@@ -195,6 +197,22 @@ def test_opcheck_sparse_ops(torch_cuda):
     torch.library.opcheck(torch.ops.hmla.sparse_decode_plan.default,
                           (ws, topk_length, extra_topk_length, b, s_q, h_q, indices.shape[2], True,
                            extra_indices.shape[2]))
+    torch.ops.hmla.sparse_decode_plan(ws, topk_length, extra_topk_length, b, s_q, h_q, indices.shape[2], True,
+                                      extra_indices.shape[2])
     torch.library.opcheck(torch.ops.hmla.sparse_decode_run.default,
                           (q, k_cache, indices, topk_length, sink, extra_k, extra_indices, extra_topk_length, ws,
                            0.05))
+
+
+def test_schedule_rebuilt_from_a_planned_workspace_equals_the_plans(torch_cuda):
+    """The run ops rebuild the host schedule from the workspace (no cache by address): the same as the plan's."""
+    torch = torch_cuda
+    _, _, _, sl, _ = dense_inputs(torch)
+    ws = torch.empty(hmla._C.dense_decode_workspace_bytes(B, S_Q, H_Q, 1, 0, "test"), dtype=torch.uint8,
+                     device="cuda")
+    from torch.utils.dlpack import to_dlpack
+    planned = hmla._C.dense_decode_plan(to_dlpack(sl), S_Q, H_Q, 1, to_dlpack(ws), 0, "test")
+    rebuilt = hmla._C.dense_decode_schedule(to_dlpack(ws), B, S_Q, H_Q, 1, "test")
+    for field in ("batch", "s_q", "h_q", "h_kv", "num_sm_parts", "num_m_blocks", "workspace_ptr", "workspace_bytes",
+                  "device", "sparse"):
+        assert getattr(rebuilt, field) == getattr(planned, field), field

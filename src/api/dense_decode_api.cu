@@ -33,28 +33,32 @@ ScheduleShape schedule_shape(int batch, int s_q, int h_q, int h_kv, int num_sms)
 }  // namespace
 
 size_t dense_decode_workspace_bytes(int batch, int s_q, int h_q, int h_kv, int num_sms) {
-  detail::validate_plan_shape("hmla::dense_decode_workspace_bytes", batch, s_q, h_q, h_kv);
-  if (num_sms < 0)
-    throw InvalidArgument("hmla::dense_decode_workspace_bytes", "num_sms", std::to_string(num_sms),
-                          ">= 0 (0: the current device's SM count)");
-  if (num_sms == 0) num_sms = detail::current_device_sm_count();
-  return schedule_shape(batch, s_q, h_q, h_kv, num_sms).layout.total;
+  const char* where = "hmla::dense_decode_workspace_bytes";
+  detail::validate_plan_shape(where, batch, s_q, h_q, h_kv);
+  return schedule_shape(batch, s_q, h_q, h_kv, detail::resolve_num_sms(where, num_sms)).layout.total;
+}
+
+DecodeSchedule dense_decode_schedule(int batch, int s_q, int h_q, int h_kv, void* workspace, size_t workspace_bytes,
+                                     int num_sms) {
+  const char* where = "hmla::dense_decode_schedule";
+  detail::validate_plan_shape(where, batch, s_q, h_q, h_kv);
+  const ScheduleShape shape = schedule_shape(batch, s_q, h_q, h_kv, detail::resolve_num_sms(where, num_sms));
+  detail::validate_workspace(where, workspace, workspace_bytes, shape.layout.total,
+                             "dense_decode_workspace_bytes for batch " + std::to_string(batch) + ", s_q " +
+                                 std::to_string(s_q) + ", h_q " + std::to_string(h_q) + ", h_kv " +
+                                 std::to_string(h_kv));
+  return detail::schedule_in_workspace(batch, s_q, h_q, h_kv, shape.num_sm_parts, shape.tiling.num_m_blocks,
+                                       workspace, workspace_bytes, shape.layout);
 }
 
 DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_q, int h_q, int h_kv,
                                  void* workspace, size_t workspace_bytes, cudaStream_t stream, int num_sms) {
   detail::validate_plan_shape("hmla::dense_decode_plan", batch, s_q, h_q, h_kv);
-  if (num_sms < 0)
-    throw InvalidArgument("hmla::dense_decode_plan", "num_sms", std::to_string(num_sms),
-                          ">= 0 (0: the current device's SM count)");
-  if (num_sms == 0) num_sms = detail::current_device_sm_count();
+  num_sms = detail::resolve_num_sms("hmla::dense_decode_plan", num_sms);
   const ScheduleShape shape = schedule_shape(batch, s_q, h_q, h_kv, num_sms);
   detail::validate_plan_args(cache_seqlens, batch, s_q, h_q, h_kv, workspace, workspace_bytes,
                              shape.layout.total);
-
-  const DecodeSchedule s = detail::schedule_in_workspace(batch, s_q, h_q, h_kv, shape.num_sm_parts,
-                                                         shape.tiling.num_m_blocks, workspace, workspace_bytes,
-                                                         shape.layout);
+  const DecodeSchedule s = dense_decode_schedule(batch, s_q, h_q, h_kv, workspace, workspace_bytes, num_sms);
   detail::DecodeWork work{};
   work.seqlens = cache_seqlens;
   detail::launch_decode_scheduler(work, batch, shape.num_sm_parts, workspace, shape.layout, stream);

@@ -32,12 +32,6 @@ SparseScheduleShape sparse_schedule_shape(int batch, int s_q, int h_q, int num_s
   return shape;
 }
 
-int resolve_num_sms(const char* where, int num_sms) {
-  if (num_sms < 0)
-    throw InvalidArgument(where, "num_sms", std::to_string(num_sms), ">= 0 (0: the current device's SM count)");
-  return num_sms == 0 ? detail::current_device_sm_count() : num_sms;
-}
-
 detail::DecodeWork work_of(const SparseDecodeParams& p) {
   detail::DecodeWork work{};
   work.tokens_per_batch = p.s_q;
@@ -55,20 +49,30 @@ detail::DecodeWork work_of(const SparseDecodeParams& p) {
 size_t sparse_decode_workspace_bytes(int batch, int s_q, int h_q, int num_sms) {
   const char* where = "hmla::sparse_decode_workspace_bytes";
   detail::validate_sparse_plan_shape(where, batch, s_q, h_q);
-  return sparse_schedule_shape(batch, s_q, h_q, resolve_num_sms(where, num_sms)).layout.total;
+  return sparse_schedule_shape(batch, s_q, h_q, detail::resolve_num_sms(where, num_sms)).layout.total;
+}
+
+DecodeSchedule sparse_decode_schedule(int batch, int s_q, int h_q, void* workspace, size_t workspace_bytes,
+                                      int num_sms) {
+  const char* where = "hmla::sparse_decode_schedule";
+  detail::validate_sparse_plan_shape(where, batch, s_q, h_q);
+  const SparseScheduleShape shape = sparse_schedule_shape(batch, s_q, h_q, detail::resolve_num_sms(where, num_sms));
+  detail::validate_workspace(where, workspace, workspace_bytes, shape.layout.total,
+                             "sparse_decode_workspace_bytes for batch " + std::to_string(batch) + ", s_q " +
+                                 std::to_string(s_q) + ", h_q " + std::to_string(h_q));
+  return detail::schedule_in_workspace(batch, s_q, h_q, 1, shape.num_sm_parts, shape.num_m_blocks, workspace,
+                                       workspace_bytes, shape.layout);
 }
 
 DecodeSchedule sparse_decode_plan(const SparseDecodeParams& params, void* workspace, size_t workspace_bytes,
                                   cudaStream_t stream, int num_sms) {
   const char* where = "hmla::sparse_decode_plan";
   detail::validate_sparse_plan_shape(where, params.batch, params.s_q, params.h_q);
-  num_sms = resolve_num_sms(where, num_sms);
+  num_sms = detail::resolve_num_sms(where, num_sms);
   const SparseScheduleShape shape = sparse_schedule_shape(params.batch, params.s_q, params.h_q, num_sms);
   detail::validate_sparse_plan_args(params, workspace, workspace_bytes, shape.layout.total);
-
   const DecodeSchedule s =
-      detail::schedule_in_workspace(params.batch, params.s_q, params.h_q, 1, shape.num_sm_parts, shape.num_m_blocks,
-                                    workspace, workspace_bytes, shape.layout);
+      sparse_decode_schedule(params.batch, params.s_q, params.h_q, workspace, workspace_bytes, num_sms);
   detail::launch_decode_scheduler(work_of(params), shape.requests, shape.num_sm_parts, workspace, shape.layout,
                                   stream);
   return s;

@@ -14,6 +14,7 @@
 #include <limits>
 #include <string>
 
+#include "common/device_attributes.h"
 #include "hmla/dense_decode.h"
 #include "hmla/merge.h"
 #include "hmla/reference.h"
@@ -263,13 +264,22 @@ void validate_plan_args(const int32_t* cache_seqlens, int batch, int s_q, int h_
   const char* where = kDenseDecodePlanWhere;
   check_pointer(where, "cache_seqlens", cache_seqlens, alignof(int32_t));
   validate_plan_shape(where, batch, s_q, h_q, h_kv);
+  validate_workspace(where, workspace, workspace_bytes, required_bytes,
+                     "dense_decode_workspace_bytes for batch " + str(batch) + ", s_q " + str(s_q) + ", h_q " +
+                         str(h_q) + ", h_kv " + str(h_kv));
+}
+
+int resolve_num_sms(const char* where, int num_sms) {
+  if (num_sms < 0) fail(where, "num_sms", str(num_sms), ">= 0 (0: the current device's SM count)");
+  return num_sms == 0 ? current_device_sm_count() : num_sms;
+}
+
+void validate_workspace(const char* where, const void* workspace, size_t workspace_bytes, size_t required_bytes,
+                        const std::string& sized_by) {
   check_pointer(where, "workspace", workspace, kVectorBytes);
-  if (workspace_bytes < required_bytes) {
+  if (workspace_bytes < required_bytes)
     fail(where, "workspace_bytes", std::to_string(workspace_bytes),
-         ">= " + std::to_string(required_bytes) +
-             " bytes (dense_decode_workspace_bytes for batch " + str(batch) + ", s_q " + str(s_q) +
-             ", h_q " + str(h_q) + ", h_kv " + str(h_kv) + ")");
-  }
+         ">= " + std::to_string(required_bytes) + " bytes (" + sized_by + ")");
 }
 
 void validate_sparse_plan_shape(const char* where, int batch, int s_q, int h_q) {
@@ -295,13 +305,9 @@ void validate_sparse_plan_args(const SparseDecodeParams& p, const void* workspac
   } else {
     check_no_extra_lists(where, p);
   }
-  check_pointer(where, "workspace", workspace, kVectorBytes);
-  if (workspace_bytes < required_bytes) {
-    fail(where, "workspace_bytes", std::to_string(workspace_bytes),
-         ">= " + std::to_string(required_bytes) +
-             " bytes (sparse_decode_workspace_bytes for batch " + str(p.batch) + ", s_q " + str(p.s_q) +
-             ", h_q " + str(p.h_q) + ")");
-  }
+  validate_workspace(where, workspace, workspace_bytes, required_bytes,
+                     "sparse_decode_workspace_bytes for batch " + str(p.batch) + ", s_q " + str(p.s_q) + ", h_q " +
+                         str(p.h_q));
 }
 
 }  // namespace detail

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <cstdint>
 
 #include "hmla/decode_schedule.h"
@@ -36,6 +37,14 @@ void validate_plan_args(const int32_t* cache_seqlens, int batch, int s_q, int h_
 // for code that needs a valid shape before it can compute required_bytes (the workspace size).
 // `where` names the entry point in the message.
 void validate_plan_shape(const char* where, int batch, int s_q, int h_q, int h_kv);
+
+// num_sms as the sizing and plan calls take it: 0 is the current device's SM count, < 0 an error.
+int resolve_num_sms(const char* where, int num_sms);
+
+// A plan's workspace: a 16-byte aligned pointer and at least required_bytes; sized_by names the
+// sizing call and its shape, for the message.
+void validate_workspace(const char* where, const void* workspace, size_t workspace_bytes, size_t required_bytes,
+                        const std::string& sized_by);
 
 // ---- token-sparse decode
 

@@ -450,6 +450,34 @@ TEST(PlanValidation, NegativeNumSmsIsRejectedBeforeAnyDeviceQuery) {
       "hmla::dense_decode_plan", "num_sms", "-2"));
 }
 
+// dense_decode_schedule rebuilds what dense_decode_plan returns from the shape alone: views inside
+// the workspace, nothing read (the workspace here is a fake address).
+TEST(PlanValidation, ScheduleWithoutPlanningLiesInTheWorkspace) {
+  const size_t bytes = hmla::dense_decode_workspace_bytes(64, 2, 128, 1, 132);
+  const hmla::DecodeSchedule s = hmla::dense_decode_schedule(64, 2, 128, 1, kWorkspace, bytes, 132);
+  EXPECT_EQ(s.batch, 64);
+  EXPECT_EQ(s.s_q, 2);
+  EXPECT_EQ(s.h_q, 128);
+  EXPECT_EQ(s.h_kv, 1);
+  EXPECT_GT(s.num_sm_parts, 0);
+  EXPECT_EQ(s.workspace, kWorkspace);
+  const auto* begin = static_cast<const char*>(kWorkspace);
+  for (const void* view : {static_cast<const void*>(s.tile_metadata), static_cast<const void*>(s.num_splits),
+                           static_cast<const void*>(s.split_base), static_cast<const void*>(s.split_list),
+                           static_cast<const void*>(s.lse_accum), static_cast<const void*>(s.o_accum)}) {
+    EXPECT_GE(static_cast<const char*>(view), begin);
+    EXPECT_LT(static_cast<const char*>(view), begin + bytes);
+  }
+  EXPECT_TRUE(ThrowsInvalid([&] { hmla::dense_decode_schedule(64, 2, 128, 1, kWorkspace, bytes - 1, 132); },
+                            "hmla::dense_decode_schedule", "workspace_bytes", std::to_string(bytes - 1)));
+  EXPECT_TRUE(ThrowsInvalid([&] { hmla::dense_decode_schedule(64, 2, 128, 1, nullptr, bytes, 132); },
+                            "hmla::dense_decode_schedule", "workspace", "null"));
+  EXPECT_TRUE(ThrowsInvalid([&] { hmla::dense_decode_schedule(64, 2, 128, 3, kWorkspace, bytes, 132); },
+                            "hmla::dense_decode_schedule", "h_kv", "3"));
+  EXPECT_TRUE(ThrowsInvalid([&] { hmla::dense_decode_schedule(64, 2, 128, 1, kWorkspace, bytes, -1); },
+                            "hmla::dense_decode_schedule", "num_sms", "-1"));
+}
+
 TEST(RunValidation, RejectsAnEmptySchedule) {
   EXPECT_TRUE(ThrowsInvalid([] { hmla::dense_decode_run(Valid(), hmla::DecodeSchedule{}, nullptr); },
                             "hmla::dense_decode_run", "schedule", "an empty schedule"));

@@ -439,4 +439,25 @@ TEST(SparsePlanValidation, ShapeChecksNameTheirEntryPoint) {
   EXPECT_EQ(hmla::detail::kMaxSparseRequests, 16384);
 }
 
+// sparse_decode_schedule rebuilds what sparse_decode_plan returns from the shape alone (fake workspace:
+// nothing is read).
+TEST(SparsePlanValidation, ScheduleWithoutPlanningLiesInTheWorkspace) {
+  void* ws = reinterpret_cast<void*>(kWorkspace);
+  const size_t bytes = hmla::sparse_decode_workspace_bytes(128, 2, 16, 132);
+  const hmla::DecodeSchedule s = hmla::sparse_decode_schedule(128, 2, 16, ws, bytes, 132);
+  EXPECT_EQ(s.batch, 128);
+  EXPECT_EQ(s.s_q, 2);
+  EXPECT_EQ(s.h_q, 16);
+  EXPECT_EQ(s.h_kv, 1);
+  EXPECT_EQ(s.num_m_blocks, 1);
+  EXPECT_EQ(s.num_sm_parts, 132);
+  const auto* begin = static_cast<const char*>(ws);
+  EXPECT_GE(reinterpret_cast<const char*>(s.tile_metadata), begin);
+  EXPECT_LT(static_cast<const char*>(s.o_accum), begin + bytes);
+  EXPECT_TRUE(ThrowsInvalid([&] { hmla::sparse_decode_schedule(128, 2, 16, ws, bytes - 1, 132); },
+                            "hmla::sparse_decode_schedule", "workspace_bytes", std::to_string(bytes - 1)));
+  EXPECT_TRUE(ThrowsInvalid([&] { hmla::sparse_decode_schedule(128, 2, 129, ws, bytes, 132); },
+                            "hmla::sparse_decode_schedule", "h_q", "129"));
+}
+
 }  // namespace

@@ -5,10 +5,10 @@
 // the tokens its index lists name, gathered 64 at a time into a bf16 K tile.
 //   warpgroup 0: producers. Each tile is gathered by all four warps, 16 tokens each: a thread
 //     loads 16-byte pieces of FP8 rows into registers, dequantises them on the CUDA cores and
-//     stores bf16 into the 128-byte-swizzled layout wgmma reads. A warp issues every load of its
-//     share of a tile before it waits for the tile's stage, and locates (loads the indices of) and
-//     asks into L2 the two tiles after it, so the loads find their rows in L2 and a tile's memory
-//     latency overlaps the math on the other stage.
+//     stores bf16 into the 128-byte-swizzled layout wgmma reads. Every register a store frees is
+//     refilled at once with the next tile's piece, so the next tile's loads are in flight during
+//     this tile's stores (and the wait for its stage); the indices of the tile after are loaded
+//     at the same time, and its rows asked into L2 when the stores are done.
 //   warpgroup 1: the scorer. S = Q K^T over d_qk, the online softmax, P to shared memory, then
 //     P V for output columns [0, 256). It also loads each request's Q with TMA.
 //   warpgroup 2: P V for output columns [256, 512).
@@ -83,19 +83,18 @@ struct Config {
   static constexpr int kChunks = kHeadDim / kChunkCols;
   static constexpr int kStages = 2;
   static constexpr int kProducerWarps = 4;
-  // A warp's share of a tile, all of whose loads are in its registers at once: 16 NoPE pieces,
+  // A warp's share of a tile, in its registers from its loads to its stores: 16 NoPE pieces,
   // 4 RoPE pieces and 1-2 scale words per lane (~84 registers).
   static constexpr int kTokensPerProducerWarp = kBlockN / kProducerWarps;
   static constexpr int kProducerThreads = 32 * kProducerWarps;
-  static constexpr int kTilesLocatedAhead = 2;  // tiles whose rows are asked into L2 before they load
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
   // setmaxnreg moves registers between warpgroups inside the CTA's launch allocation: 384 threads
   // at the compiled 168 each (65536 / 384 rounded down to a multiple of 8). An increase that the
   // others' decreases do not cover blocks forever.
   static constexpr int kLaunchRegs = 168;
-  static constexpr int kProducerRegs = 128;
-  static constexpr int kScorerRegs = 208;
+  static constexpr int kProducerRegs = 144;
+  static constexpr int kScorerRegs = 192;
   static constexpr int kHelperRegs = kLaunchRegs;
   static_assert(kProducerRegs + kScorerRegs + kHelperRegs <= 3 * kLaunchRegs, "setmaxnreg: more registers than the CTA has");
   static constexpr int kNopePieces = Format::kNope / 16;  // 16-byte e4m3 pieces per token

@@ -90,12 +90,17 @@ struct TokenSlots {
   uint32_t valid;         // bit t: token t is a key (the same in every lane)
 };
 
+// A tile whose indices are being loaded: lane t < 16 holds token t's index (-1: none), which
+// becomes addresses (locate_tokens) only a tile's worth of stores later, so that its latency hides
+// behind them.
+struct PendingTile {
+  int index;
+  bool extra;  // an extra-cache tile
+};
+
 template <typename Cfg>
-__device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache, const int32_t* list, int first,
-                                                    int keys, int lane) {
+__device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache, int index, int lane) {
   using Format = typename Cfg::Format;
-  const int pos = first + lane;
-  const int index = lane < Cfg::kTokensPerProducerWarp && pos < keys ? __ldg(list + pos) : -1;
   const bool valid = index >= 0 && static_cast<int64_t>(index) < cache.num_slots;
   TokenSlots t{nullptr, nullptr, __ballot_sync(0xffffffffu, valid)};
   if (valid) {
@@ -106,7 +111,7 @@ __device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache
     t.scales = page_start + Format::scale_offset(cache.page_size, offset);
     if constexpr (Format::kScalesApart) dev::prefetch_l2_sector(t.scales);
   }
-  // The tokens are asked into L2 now and loaded into registers two tiles later, so the loads wait
+  // The tokens are asked into L2 now and loaded into registers a tile later, so the loads wait
   // for L2, not for HBM. One prefetch per 32-byte sector, 32 lanes at a time: a bulk prefetch
   // takes its address in a uniform register, which the compiler serialises over the lanes.
   constexpr int kPrefetches = Cfg::kTokensPerProducerWarp * Format::kDataSectors;
@@ -117,15 +122,15 @@ __device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache
     const uint8_t* d = shfl_ptr(t.data, token < Cfg::kTokensPerProducerWarp ? token : 0);
     if (k < kPrefetches && ((t.valid >> token) & 1u)) dev::prefetch_l2_sector(d + 32 * (k % Format::kDataSectors));
   }
-  // The indices two tiles on, so that locating them then finds them in L2.
-  if (lane < Cfg::kTokensPerProducerWarp && pos + 2 * Cfg::kBlockN < keys) dev::prefetch_l2_sector(list + pos + 2 * Cfg::kBlockN);
   return t;
 }
 
-// All of a warp's loads of one tile, in registers until they are stored. Lane L loads NoPE piece
-// L (16 values) of every token, so a warp reads a token's NoPE bytes in one coalesced access; the
+// A warp's share of a tile in registers, from its loads until its stores. Lane L holds NoPE piece L
+// (16 values) of every token, so a warp reads a token's NoPE bytes in one coalesced access; the
 // RoPE pieces are spread 4 per lane, and the scale words 1-2 per lane, each handed by shuffle to
-// the lanes whose pieces it scales.
+// the lanes whose pieces it scales. The registers of one token are refilled with the next tile's
+// token as soon as they are stored (store_and_refill): the next tile's loads are in flight during
+// this tile's stores, in the same registers.
 template <typename Cfg>
 struct TileRows {
   using Format = typename Cfg::Format;
@@ -138,31 +143,44 @@ struct TileRows {
   uint32_t scale_words[kScaleRegs];  // word lane % kScaleWords of token lane / kScaleWords + kTokensPerScaleReg j
   uint32_t valid;
 
-  __device__ __forceinline__ void load(const TokenSlots& slots, int lane) {
-    valid = slots.valid;
-#pragma unroll
-    for (int i = 0; i < kTokens; ++i) {
-      const uint8_t* d = shfl_ptr(slots.data, i);
-      nope[i] = make_uint4(0, 0, 0, 0);
-      if (((valid >> i) & 1u) && lane < Cfg::kNopePieces) nope[i] = ldg_nc_u128(d + 16 * lane);
-    }
+  __device__ __forceinline__ void load_nope(const TokenSlots& slots, int i, int lane) {
+    const uint8_t* d = shfl_ptr(slots.data, i);
+    nope[i] = make_uint4(0, 0, 0, 0);
+    if (((slots.valid >> i) & 1u) && lane < Cfg::kNopePieces) nope[i] = ldg_nc_u128(d + 16 * lane);
+  }
+  __device__ __forceinline__ void load_rope(const TokenSlots& slots, int lane) {
 #pragma unroll
     for (int j = 0; j < kRopePerLane; ++j) {
       const int t = lane / 8 + 4 * j;
       const uint8_t* d = shfl_ptr(slots.data, t);
       rope[j] = make_uint4(0, 0, 0, 0);
-      if ((valid >> t) & 1u) rope[j] = ldg_nc_u128(d + Format::kRopeOffset + 16 * (lane % 8));
+      if ((slots.valid >> t) & 1u) rope[j] = ldg_nc_u128(d + Format::kRopeOffset + 16 * (lane % 8));
     }
+  }
+  __device__ static __forceinline__ void load_scales(const TokenSlots& slots, int lane, uint32_t (&words)[kScaleRegs]) {
 #pragma unroll
     for (int j = 0; j < kScaleRegs; ++j) {
       const int t = lane / Format::kScaleWords + kTokensPerScaleReg * j;
       const uint8_t* s = shfl_ptr(slots.scales, t);
-      scale_words[j] = 0u;  // an invalid token's values are 0 and stay 0
-      if ((valid >> t) & 1u) scale_words[j] = ldg_nc_u32(s + 4 * (lane % Format::kScaleWords));
+      words[j] = 0u;  // an invalid token's values are 0 and stay 0
+      if ((slots.valid >> t) & 1u) words[j] = ldg_nc_u32(s + 4 * (lane % Format::kScaleWords));
     }
   }
 
-  __device__ __forceinline__ void store(uint32_t tile, int row0, int lane) const {
+  __device__ __forceinline__ void load(const TokenSlots& slots, int lane) {
+#pragma unroll
+    for (int i = 0; i < kTokens; ++i) load_nope(slots, i, lane);
+    load_rope(slots, lane);
+    load_scales(slots, lane, scale_words);
+    valid = slots.valid;
+  }
+
+  // Stores this tile into `tile`; with kRefill, loads `next`'s tokens into the registers each store
+  // frees.
+  template <bool kRefill>
+  __device__ __forceinline__ void store_and_refill(uint32_t tile, int row0, const TokenSlots& next, int lane) {
+    uint32_t next_scale_words[kScaleRegs];
+    if constexpr (kRefill) load_scales(next, lane, next_scale_words);
     // Lanes that store two groups of the same 128-byte row segment at once would share banks: lanes
     // whose piece lies in an odd chunk store their high half first, so each store instruction covers
     // all eight groups of a row segment.
@@ -172,16 +190,23 @@ struct TileRows {
     for (int i = 0; i < kTokens; ++i) {
       const int source = (i % kTokensPerScaleReg) * Format::kScaleWords + Format::scale_word_of_piece(lane);
       const uint32_t word = __shfl_sync(0xffffffffu, scale_words[i / kTokensPerScaleReg], source);
-      uint4 lo, hi;
-      dev::dequant16_e4m3_to_bf16(nope[i], Format::scale_of_piece(word, lane), lo, hi);
       if (lane < Cfg::kNopePieces) {
+        uint4 lo, hi;
+        dev::dequant16_e4m3_to_bf16(nope[i], Format::scale_of_piece(word, lane), lo, hi);
         st_swizzled(tile, lane / 4, row0 + i, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo);
         st_swizzled(tile, lane / 4, row0 + i, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi);
       }
+      if constexpr (kRefill) load_nope(next, i, lane);
     }
 #pragma unroll
     for (int j = 0; j < kRopePerLane; ++j)
       st_swizzled(tile, Format::kNope / Cfg::kChunkCols, row0 + lane / 8 + 4 * j, lane % 8, rope[j]);
+    if constexpr (kRefill) {
+      load_rope(next, lane);
+#pragma unroll
+      for (int j = 0; j < kScaleRegs; ++j) scale_words[j] = next_scale_words[j];
+      valid = next.valid;
+    }
   }
 };
 
@@ -203,18 +228,19 @@ struct TileCursor {
   }
   __device__ __forceinline__ bool done(const detail::PartMetadata& meta) const { return r > meta.end_req; }
 
-  // The tile's index list and cache: its main list, or its extra list past the main tiles.
-  __device__ __forceinline__ const SparseCacheView& cache(const KernelParams& p) const {
-    return u >= q.main_blocks ? p.extra_cache : p.cache;
-  }
+  // Issues the load of the tile's indices (this warp's 16 of its main or, past the main tiles, its
+  // extra list).
   template <typename Cfg>
-  __device__ __forceinline__ TokenSlots locate(const KernelParams& p, int row0, int lane) const {
-    const bool extra = u >= q.main_blocks;
-    const int32_t* list = extra ? p.extra_indices + q.batch * p.extra_indices_batch_stride +
-                                      q.token * p.extra_indices_token_stride
-                                : p.indices + q.batch * p.indices_batch_stride + q.token * p.indices_token_stride;
-    const int block = extra ? u - q.main_blocks : u;
-    return locate_tokens<Cfg>(cache(p), list, block * Cfg::kBlockN + row0, extra ? q.extra_keys : q.main_keys, lane);
+  __device__ __forceinline__ PendingTile pending(const KernelParams& p, int row0, int lane) const {
+    PendingTile t;
+    t.extra = u >= q.main_blocks;
+    const int32_t* list = t.extra ? p.extra_indices + q.batch * p.extra_indices_batch_stride +
+                                        q.token * p.extra_indices_token_stride
+                                  : p.indices + q.batch * p.indices_batch_stride + q.token * p.indices_token_stride;
+    const int pos = (t.extra ? u - q.main_blocks : u) * Cfg::kBlockN + row0 + lane;
+    const int keys = t.extra ? q.extra_keys : q.main_keys;
+    t.index = lane < Cfg::kTokensPerProducerWarp && pos < keys ? __ldg(list + pos) : -1;
+    return t;
   }
 
  private:
@@ -227,46 +253,52 @@ struct TileCursor {
   }
 };
 
-// The producers gather the CTA's tiles in order, tile n into stage n % 2. While tile n's loads are
-// in flight, tile n + 2 is located; tile n + 1 was located (and asked into L2) a tile earlier.
+// The producers gather the CTA's tiles in order, tile n into stage n % 2. During tile n's stores,
+// tile n + 1's loads go out (into the registers each store frees) and tile n + 2's indices load;
+// after them, tile n + 2 is located and asked into L2.
 template <typename Cfg>
 __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
                               const detail::PartMetadata& meta) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int row0 = warp * Cfg::kTokensPerProducerWarp;
-  static_assert(Cfg::kTilesLocatedAhead == 2, "the loop below keeps two located tiles");
+  auto locate = [&](const PendingTile& t) {
+    return locate_tokens<Cfg>(t.extra ? p.extra_cache : p.cache, t.index, lane);
+  };
   TileCursor cur;
   cur.start(p, meta);
-  // Tiles n and n + 1, located (named registers, not an array: a runtime index would put it in
-  // local memory).
-  TokenSlots first{}, second{};
-  bool have_first = !cur.done(meta);
-  if (have_first) {
-    first = cur.locate<Cfg>(p, row0, lane);
+  TileRows<Cfg> rows;  // tile n
+  TokenSlots next{};   // tile n + 1, located
+  bool have_rows = !cur.done(meta);
+  if (have_rows) {
+    rows.load(locate(cur.pending<Cfg>(p, row0, lane)), lane);
     cur.next(p, meta);
   }
-  bool have_second = !cur.done(meta);
-  if (have_second) {
-    second = cur.locate<Cfg>(p, row0, lane);
+  bool have_next = !cur.done(meta);
+  if (have_next) {
+    next = locate(cur.pending<Cfg>(p, row0, lane));
     cur.next(p, meta);
   }
-  for (int n = 0; have_first; ++n) {
+  for (int n = 0; have_rows; ++n) {
     const int stage = n % Cfg::kStages;
-    TileRows<Cfg> rows;
-    rows.load(first, lane);
-    first = second;
-    have_first = have_second;
-    have_second = !cur.done(meta);
-    if (have_second) {
-      second = cur.locate<Cfg>(p, row0, lane);
+    const bool have_after = !cur.done(meta);
+    PendingTile after{-1, false};
+    if (have_after) {
+      after = cur.pending<Cfg>(p, row0, lane);
       cur.next(p, meta);
     }
     dev::mbar_wait(&smem.k_empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
-    rows.store(dev::smem_addr(smem.k[stage]), row0, lane);
     if (lane == 0) smem.valid[stage][warp] = rows.valid;
+    const uint32_t tile = dev::smem_addr(smem.k[stage]);
+    if (have_next)
+      rows.template store_and_refill<true>(tile, row0, next, lane);
+    else
+      rows.template store_and_refill<false>(tile, row0, next, lane);
     dev::fence_proxy_async_smem();  // the generic stores above are read by wgmma next
     dev::mbar_arrive(&smem.k_full[stage]);
+    have_rows = have_next;
+    have_next = have_after;
+    if (have_after) next = locate(after);
   }
 }
 
