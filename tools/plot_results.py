@@ -63,9 +63,8 @@ def plot_ratios(doc, stem, out_dir):
         ax.set_xlabel("FlashMLA time / hmla time (same run; > 1: hmla faster)")
         ax.set_title(f"{kind}: {len(rows)} rows, geometric mean {geomean(ratios):.3f}", fontsize=10)
         fig.tight_layout()
-        fig.subplots_adjust(left=0.36)
         path = os.path.join(out_dir, f"{stem}_{kind}_ratio.png")
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")  # long row labels stay whole
         plt.close(fig)
         written.append(path)
     return written
