@@ -373,6 +373,15 @@ struct Schedule {
   SparsePlanKey sparse_key;
 };
 
+// A plan's workspace: a contiguous 1-D CUDA byte array; sets *device to its device.
+OutArray import_workspace(nb::handle workspace_obj, const char* fn, int* device) {
+  OutArray ws = import_array<OutArray>(workspace_obj, fn, "workspace");
+  check_device(fn, "workspace", ws, true, device);
+  check_ndim(fn, "workspace", ws, 1, "[bytes]");
+  check_contiguous_1d(fn, "workspace", ws);
+  return ws;
+}
+
 size_t workspace_bytes(int batch, int s_q, int h_q, int h_kv, int device, const char* fn) {
   DeviceGuard guard(device);
   return translate(fn, [&] { return hmla::dense_decode_workspace_bytes(batch, s_q, h_q, h_kv); });
@@ -381,15 +390,12 @@ size_t workspace_bytes(int batch, int s_q, int h_q, int h_kv, int device, const 
 Schedule plan(nb::handle seqlens_obj, int s_q, int h_q, int h_kv, nb::handle workspace_obj,
               uintptr_t stream, const char* fn) {
   InArray sl = import_array<InArray>(seqlens_obj, fn, "cache_seqlens");
-  OutArray ws = import_array<OutArray>(workspace_obj, fn, "workspace");
   int device = -1;
   check_dtype(fn, "cache_seqlens", sl, {dt(kCodeInt, 32)}, "int32");
   check_device(fn, "cache_seqlens", sl, true, &device);
   check_ndim(fn, "cache_seqlens", sl, 1, "[batch]");
   check_contiguous_1d(fn, "cache_seqlens", sl);
-  check_device(fn, "workspace", ws, true, &device);
-  check_ndim(fn, "workspace", ws, 1, "[bytes]");
-  check_contiguous_1d(fn, "workspace", ws);
+  OutArray ws = import_workspace(workspace_obj, fn, &device);
   const int batch = to_int(fn, "cache_seqlens", sl.shape(0), "batch");
   if (batch < 1) raise_value(fn, "cache_seqlens", "is empty (batch = 0), expected batch >= 1");
   DeviceGuard guard(device);
@@ -405,11 +411,8 @@ Schedule plan(nb::handle seqlens_obj, int s_q, int h_q, int h_kv, nb::handle wor
 // The schedule a dense plan wrote into workspace, without planning again (a compiled graph's run
 // node, whose plan is another node).
 Schedule schedule_of(nb::handle workspace_obj, int batch, int s_q, int h_q, int h_kv, const char* fn) {
-  OutArray ws = import_array<OutArray>(workspace_obj, fn, "workspace");
   int device = -1;
-  check_device(fn, "workspace", ws, true, &device);
-  check_ndim(fn, "workspace", ws, 1, "[bytes]");
-  check_contiguous_1d(fn, "workspace", ws);
+  OutArray ws = import_workspace(workspace_obj, fn, &device);
   DeviceGuard guard(device);
   Schedule out;
   out.device = device;
@@ -725,11 +728,8 @@ const uint8_t* const kExtraCachePresent = reinterpret_cast<const uint8_t*>(uintp
 
 Schedule sparse_plan(int batch, int s_q, int h_q, int topk, nb::handle topk_len_obj, bool extra, int extra_topk,
                      nb::handle extra_len_obj, nb::handle workspace_obj, uintptr_t stream, const char* fn) {
-  OutArray ws = import_array<OutArray>(workspace_obj, fn, "workspace");
   int device = -1;
-  check_device(fn, "workspace", ws, true, &device);
-  check_ndim(fn, "workspace", ws, 1, "[bytes]");
-  check_contiguous_1d(fn, "workspace", ws);
+  OutArray ws = import_workspace(workspace_obj, fn, &device);
   hmla::SparseDecodeParams p;
   p.batch = batch;
   p.s_q = s_q;
@@ -757,11 +757,8 @@ Schedule sparse_plan(int batch, int s_q, int h_q, int topk, nb::handle topk_len_
 // The schedule a sparse plan with these options wrote into workspace, without planning again.
 Schedule sparse_schedule_of(nb::handle workspace_obj, int batch, int s_q, int h_q, int topk, bool topk_length,
                             bool extra, int extra_topk, bool extra_topk_length, const char* fn) {
-  OutArray ws = import_array<OutArray>(workspace_obj, fn, "workspace");
   int device = -1;
-  check_device(fn, "workspace", ws, true, &device);
-  check_ndim(fn, "workspace", ws, 1, "[bytes]");
-  check_contiguous_1d(fn, "workspace", ws);
+  OutArray ws = import_workspace(workspace_obj, fn, &device);
   DeviceGuard guard(device);
   Schedule out;
   out.device = device;

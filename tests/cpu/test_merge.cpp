@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hmla/merge.h"
+#include "merge_test_util.h"
 #include "hmla/reference.h"
 #include "hmla/types.h"
 #include "reference_test_util.h"
@@ -266,10 +267,7 @@ struct HostTensors {
   }
 };
 
-struct Shape {
-  DType dtype;
-  int batch, s_q, h, d_v;
-};
+using Shape = hmla::test::MergeShape;
 
 HostTensors make_tensors(const Shape& s, bool padded) {
   HostTensors t;
@@ -303,19 +301,6 @@ void fill_random(HostTensors& t, const Shape& s, hmla::test::Rng& rng) {
           t.out[t.out_index(b, q, head) + k] = to_half(s.dtype, static_cast<float>(rng.uniform(-1, 1)));
         t.lse_at(b, q, head) = static_cast<float>(rng.uniform(-4, 12));
       }
-}
-
-MergeAttentionParams merge_params(const Shape& s, std::vector<AttentionState>& views, const AttentionOutput& out) {
-  MergeAttentionParams p;
-  p.dtype = s.dtype;
-  p.batch = s.batch;
-  p.s_q = s.s_q;
-  p.h = s.h;
-  p.d_v = s.d_v;
-  p.num_states = static_cast<int>(views.size());
-  p.states = views.data();
-  p.output = out;
-  return p;
 }
 
 float out_value(const Shape& s, const HostTensors& t, int b, int q, int head, int k) {
@@ -365,7 +350,7 @@ TEST(MergeReference, SplitSoftmaxMergesToTheWhole) {
     for (auto& t : parts) views.push_back(t.view);
     HostTensors merged = make_tensors(s, false);
     std::vector<float> out_f32(static_cast<size_t>(rows) * s.d_v);
-    hmla::reference::merge_attention_states(merge_params(s, views, merged.as_output()), out_f32.data());
+    hmla::reference::merge_attention_states(hmla::test::merge_params(s, views, merged.as_output()), out_f32.data());
     // Each part's out carries a rounding error of at most 2^-8 (bf16) or 2^-11 (fp16) of its value;
     // the merge is a convex combination, so the merged error stays below that times the largest
     // value (1), plus a little for the float LSEs.
@@ -409,7 +394,7 @@ TEST(MergeReference, EmptyStatesNaNAndNoKey) {
   a.out[a.out_index(0, 0, 4) + 5] = 0x7fc1;
   std::vector<AttentionState> views = {a.view, b.view};
   HostTensors m = make_tensors(s, false);
-  hmla::reference::merge_attention_states(merge_params(s, views, m.as_output()));
+  hmla::reference::merge_attention_states(hmla::test::merge_params(s, views, m.as_output()));
   for (int head : {0, 1}) {
     EXPECT_EQ(m.lse_at(0, 0, head), a.lse_at(0, 0, head)) << head;
     for (int k = 0; k < s.d_v; ++k)
@@ -424,7 +409,7 @@ TEST(MergeReference, EmptyStatesNaNAndNoKey) {
   for (int k = 0; k < s.d_v; ++k) EXPECT_TRUE(std::isfinite(out_value(s, m, 0, 0, 5, k)));
   // a merged with itself: the same out, lse + log 2
   std::vector<AttentionState> twice = {a.view, a.view};
-  hmla::reference::merge_attention_states(merge_params(s, twice, m.as_output()));
+  hmla::reference::merge_attention_states(hmla::test::merge_params(s, twice, m.as_output()));
   EXPECT_NEAR(m.lse_at(0, 0, 5), a.lse_at(0, 0, 5) + std::log(2.0), 1e-6);
   for (int k = 0; k < s.d_v; ++k) EXPECT_EQ(m.out[m.out_index(0, 0, 5) + k], a.out[a.out_index(0, 0, 5) + k]);
 }
@@ -446,8 +431,8 @@ TEST(MergeReference, NWayEqualsPairwiseFoldingInPlaceAndStrided) {
 
   HostTensors all = make_tensors(s, false), all_padded = make_tensors(s, true);
   std::vector<float> all_f32(static_cast<size_t>(s.batch) * s.s_q * s.h * s.d_v), padded_f32(all_f32.size());
-  hmla::reference::merge_attention_states(merge_params(s, views, all.as_output()), all_f32.data());
-  hmla::reference::merge_attention_states(merge_params(s, views, all_padded.as_output()), padded_f32.data());
+  hmla::reference::merge_attention_states(hmla::test::merge_params(s, views, all.as_output()), all_f32.data());
+  hmla::reference::merge_attention_states(hmla::test::merge_params(s, views, all_padded.as_output()), padded_f32.data());
   EXPECT_EQ(all_f32, padded_f32);
 
   // fold into a copy of state 0, in place
@@ -457,7 +442,7 @@ TEST(MergeReference, NWayEqualsPairwiseFoldingInPlaceAndStrided) {
   std::vector<float> fold_f32(all_f32.size());
   for (int i = 1; i < n; ++i) {
     std::vector<AttentionState> pair = {acc.view, states[i].view};
-    hmla::reference::merge_attention_states(merge_params(s, pair, acc.as_output()), fold_f32.data());
+    hmla::reference::merge_attention_states(hmla::test::merge_params(s, pair, acc.as_output()), fold_f32.data());
   }
   for (int b = 0; b < s.batch; ++b)
     for (int q = 0; q < s.s_q; ++q)

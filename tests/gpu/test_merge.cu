@@ -17,6 +17,7 @@
 
 #include "gpu_test_util.h"
 #include "hmla/merge.h"
+#include "merge_test_util.h"
 #include "hmla/reference.h"
 
 namespace {
@@ -29,10 +30,7 @@ using hmla_test::DeviceBuffer;
 
 constexpr float kInf = INFINITY;
 
-struct Shape {
-  DType dtype;
-  int batch, s_q, h, d_v;
-};
+using Shape = hmla::test::MergeShape;
 
 // Element strides of one [batch, s_q, h, d_v] out and its [batch, h, s_q] lse. padded: out rows
 // padded by 8 elements and batch entries by 40; lse [batch, s_q, h] (heads contiguous) with gaps.
@@ -163,19 +161,6 @@ std::vector<Tensors> make_states(const Case& c, uint64_t seed) {
   return states;
 }
 
-MergeAttentionParams params_of(const Shape& s, const std::vector<AttentionState>& views, const AttentionOutput& out) {
-  MergeAttentionParams p;
-  p.dtype = s.dtype;
-  p.batch = s.batch;
-  p.s_q = s.s_q;
-  p.h = s.h;
-  p.d_v = s.d_v;
-  p.num_states = static_cast<int>(views.size());
-  p.states = views.data();
-  p.output = out;
-  return p;
-}
-
 std::vector<AttentionState> views_of(const std::vector<Tensors>& states, bool device) {
   std::vector<AttentionState> v;
   for (const Tensors& t : states) v.push_back(t.state(device));
@@ -254,14 +239,14 @@ TEST_P(MergeGpu, MatchesReference) {
   std::vector<Tensors> states = make_states(c, hmla_test::hash_string(c.name));
   Tensors out = poisoned_output(s, c.padded);
   hmla_test::Stream stream;
-  hmla::merge_attention_states(params_of(s, views_of(states, true), out.output(true)), stream.get());
+  hmla::merge_attention_states(hmla::test::merge_params(s, views_of(states, true), out.output(true)), stream.get());
   HMLA_TEST_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   hmla_test::abort_if_context_broken(c.name);
   out.download();
 
   Tensors ref(s, c.padded, 0, 0.f);
   std::vector<float> ref_f32(static_cast<size_t>(s.batch) * s.s_q * s.h * s.d_v);
-  hmla::reference::merge_attention_states(params_of(s, views_of(states, false), ref.output(false)), ref_f32.data());
+  hmla::reference::merge_attention_states(hmla::test::merge_params(s, views_of(states, false), ref.output(false)), ref_f32.data());
   EXPECT_EQ(compare(s, out, ref_f32, ref, c.name), 0);
 }
 
@@ -273,7 +258,7 @@ TEST_P(MergeGpu, InPlaceAndPairwiseEqualNWay) {
   std::vector<Tensors> states = make_states(c, hmla_test::hash_string(c.name) + 1);
   Tensors separate = poisoned_output(s, false);
   hmla_test::Stream stream;
-  hmla::merge_attention_states(params_of(s, views_of(states, true), separate.output(true)), stream.get());
+  hmla::merge_attention_states(hmla::test::merge_params(s, views_of(states, true), separate.output(true)), stream.get());
   if (c.num_states == 2) {
     Tensors pair = poisoned_output(s, true);
     hmla::merge_attention_states(s.dtype, s.batch, s.s_q, s.h, s.d_v, states[0].state(true), states[1].state(true),
@@ -290,7 +275,7 @@ TEST_P(MergeGpu, InPlaceAndPairwiseEqualNWay) {
           ASSERT_TRUE(hmla_test::float_bits(a) == hmla_test::float_bits(e) || (std::isnan(a) && std::isnan(e)));
         }
   }
-  hmla::merge_attention_states(params_of(s, views_of(states, true), states[0].output(true)), stream.get());
+  hmla::merge_attention_states(hmla::test::merge_params(s, views_of(states, true), states[0].output(true)), stream.get());
   HMLA_TEST_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
   separate.download();
   states[0].download();
@@ -318,7 +303,7 @@ TEST_P(MergeGpu, NWayEqualsPairwiseFolding) {
   std::vector<Tensors> states = make_states(c, hmla_test::hash_string(c.name) + 2);
   Tensors all = poisoned_output(s, false), acc = poisoned_output(s, c.padded);
   hmla_test::Stream stream;
-  hmla::merge_attention_states(params_of(s, views_of(states, true), all.output(true)), stream.get());
+  hmla::merge_attention_states(hmla::test::merge_params(s, views_of(states, true), all.output(true)), stream.get());
   hmla::merge_attention_states(s.dtype, s.batch, s.s_q, s.h, s.d_v, states[0].state(true), states[1].state(true),
                                acc.output(true), stream.get());
   for (int i = 2; i < c.num_states; ++i)
