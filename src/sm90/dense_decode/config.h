@@ -8,6 +8,9 @@
 // tile g + 1 works while the other one's P V of tile g keeps the tensor cores busy.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_atom.hpp>
 #include <cute/arch/mma_sm90.hpp>
@@ -94,6 +97,22 @@ struct Config {
   // The dynamic shared-memory base is only 16-byte aligned; the kernel rounds it up to 1024.
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory plan exceeds the 227 KB per CTA of sm_90");
+};
+
+// The CUDA type of an element type, for the kernel's stores and the combine's instantiation.
+template <typename Element>
+struct NativeOf;
+template <>
+struct NativeOf<cute::bfloat16_t> {
+  using type = __nv_bfloat16;
+  using pair = __nv_bfloat162;
+  static __device__ __forceinline__ pair make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <>
+struct NativeOf<cute::half_t> {
+  using type = __half;
+  using pair = __half2;
+  static __device__ __forceinline__ pair make(float a, float b) { return __floats2half2_rn(a, b); }
 };
 
 }  // namespace hmla::sm90::dense_decode

@@ -2,8 +2,6 @@
 
 namespace hmla::sm90::dense_decode {
 
-void launch_bf16(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
-  launch<cute::bfloat16_t>(params, schedule, stream);
-}
+template void launch_kernel<cute::bfloat16_t>(const CUtensorMap&, const CUtensorMap&, const KernelParams&, dim3, cudaStream_t);
 
 }  // namespace hmla::sm90::dense_decode

@@ -1,22 +1,19 @@
-// The sm90 dense decode kernel and its launcher. Included only by the instantiation files, one
-// per element type, so the two element types compile in parallel.
+// The sm90 dense decode kernel and its CUDA launch (launch_kernel). Included only by the
+// instantiation files, one per element type, so the two element types compile in parallel; the host
+// side (tensor maps, parameters, the combine) is launch.cu.
 #pragma once
 
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 
 #include "common/cuda_check.h"
 #include "common/device_attributes.h"
 #include "common/device_primitives.cuh"
-#include "common/tensor_map.h"
 #include "scheduler/decode_schedule.h"
-#include "scheduler/decode_scheduler.h"
 #include "sm90/dense_decode/config.h"
 #include "sm90/dense_decode/launch.h"
 #include "sm90/dense_decode/trace.cuh"
@@ -27,46 +24,6 @@
 #endif
 
 namespace hmla::sm90::dense_decode {
-
-struct KernelParams {
-  int batch;
-  int s_q;
-  int h_kv;
-  int page_size;
-  // Keys the block table can hold, max_blocks_per_seq * page_size (capped at INT_MAX): a longer
-  // cache_seqlens[b] attends to this many keys only, so no block-table entry past a row is read.
-  int max_keys;
-  bool causal;
-  float scale_log2;  // softmax_scale * log2(e): scores are exponentiated with exp2
-  detail::RowTiling tiling;
-  const int32_t* seqlens;
-  const int32_t* block_table;
-  int64_t block_table_batch_stride;
-  const detail::PartMetadata* parts;
-  const int32_t* req_num_splits;
-  const int32_t* req_split_base;
-  float* lse_accum;
-  void* o_accum;  // partial outputs in the element type
-  void* out;
-  int64_t out_batch_stride, out_token_stride, out_head_stride;
-  float* lse;
-  int64_t lse_batch_stride, lse_head_stride;
-};
-
-template <typename Element>
-struct NativeOf;
-template <>
-struct NativeOf<cute::bfloat16_t> {
-  using type = __nv_bfloat16;
-  using pair = __nv_bfloat162;
-  static __device__ __forceinline__ pair make(float a, float b) { return __floats2bfloat162_rn(a, b); }
-};
-template <>
-struct NativeOf<cute::half_t> {
-  using type = __half;
-  using pair = __half2;
-  static __device__ __forceinline__ pair make(float a, float b) { return __floats2half2_rn(a, b); }
-};
 
 // Work units of a request, as the plan counts them (a length <= 0 is one unit). Written without
 // seqlen + 63, which overflows for lengths near INT_MAX.
@@ -695,68 +652,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 template <typename Element>
-void launch(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
+void launch_kernel(const CUtensorMap& q_map, const CUtensorMap& k_map, const KernelParams& kp, dim3 grid,
+                   cudaStream_t stream) {
   using Cfg = Config<Element>;
-  using Native = typename NativeOf<Element>::type;
-  const int heads_per_kv = params.h_q / params.h_kv;
-  const detail::RowTiling tiling = detail::RowTiling::make(params.s_q, heads_per_kv);
-
-  // Q as [batch][s_q][h_kv][heads_per_kv][576] so that one box is a tile of query rows.
-  const uint64_t q_dims[5] = {static_cast<uint64_t>(Cfg::kHeadDim), static_cast<uint64_t>(heads_per_kv),
-                              static_cast<uint64_t>(params.h_kv), static_cast<uint64_t>(params.s_q),
-                              static_cast<uint64_t>(params.batch)};
-  const uint64_t q_strides[4] = {static_cast<uint64_t>(params.q_head_stride) * 2,
-                                 static_cast<uint64_t>(params.q_head_stride) * heads_per_kv * 2,
-                                 static_cast<uint64_t>(params.q_token_stride) * 2,
-                                 static_cast<uint64_t>(params.q_batch_stride) * 2};
-  const uint32_t q_box[5] = {static_cast<uint32_t>(Cfg::kChunkCols), static_cast<uint32_t>(tiling.heads_per_tile), 1,
-                             static_cast<uint32_t>(tiling.tokens_per_tile), 1};
-  const CUtensorMap q_map = detail::make_tensor_map_16bit_sw128(params.q, 5, q_dims, q_strides, q_box, "q");
-
-  // K cache as [num_blocks][page_size][h_kv][576].
-  const uint64_t k_dims[4] = {static_cast<uint64_t>(Cfg::kHeadDim), static_cast<uint64_t>(params.h_kv),
-                              static_cast<uint64_t>(params.page_size), static_cast<uint64_t>(params.num_blocks)};
-  const uint64_t k_strides[3] = {static_cast<uint64_t>(params.k_head_stride) * 2,
-                                 static_cast<uint64_t>(params.k_token_stride) * 2,
-                                 static_cast<uint64_t>(params.k_block_stride) * 2};
-  const uint32_t k_box[4] = {static_cast<uint32_t>(Cfg::kChunkCols), 1,
-                             static_cast<uint32_t>(params.page_size < Cfg::kBlockN ? params.page_size : Cfg::kBlockN), 1};
-  const CUtensorMap k_map = detail::make_tensor_map_16bit_sw128(params.k_cache, 4, k_dims, k_strides, k_box, "k_cache");
-
-  KernelParams kp{};
-  kp.batch = params.batch;
-  kp.s_q = params.s_q;
-  kp.h_kv = params.h_kv;
-  kp.page_size = params.page_size;
-  kp.max_keys = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(params.max_blocks_per_seq) * params.page_size,
-                                                   std::numeric_limits<int32_t>::max()));
-  kp.causal = params.causal && params.s_q > 1;
-  const float scale = params.softmax_scale > 0.f ? params.softmax_scale : 1.f / std::sqrt(static_cast<float>(params.d_qk));
-  kp.scale_log2 = scale * 1.4426950408889634f;
-  kp.tiling = tiling;
-  kp.seqlens = params.cache_seqlens;
-  kp.block_table = params.block_table;
-  kp.block_table_batch_stride = params.block_table_batch_stride;
-  kp.parts = reinterpret_cast<const detail::PartMetadata*>(schedule.tile_metadata);
-  kp.req_num_splits = schedule.num_splits;
-  kp.req_split_base = schedule.split_base;
-  kp.lse_accum = schedule.lse_accum;
-  kp.o_accum = schedule.o_accum;
-  kp.out = params.out;
-  kp.out_batch_stride = params.out_batch_stride;
-  kp.out_token_stride = params.out_token_stride;
-  kp.out_head_stride = params.out_head_stride;
-  kp.lse = params.lse;
-  kp.lse_batch_stride = params.lse_batch_stride;
-  kp.lse_head_stride = params.lse_head_stride;
-
   auto kernel = dense_decode_kernel<Cfg>;
   detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
-  dim3 grid(tiling.num_m_blocks, params.h_kv, schedule.num_sm_parts);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, k_map, kp);
   HMLA_CUDA_CHECK(cudaGetLastError());
 #ifdef HMLA_DENSE_TRACE
   // Trace builds only (never in a release build): every call overwrites the file with its timeline.
+  // Here, not in launch.cu: the trace buffer is a device symbol of this translation unit.
   if (const char* path = std::getenv("HMLA_TRACE_FILE")) {
     static trace::Buffer host;
     HMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -767,12 +672,6 @@ void launch(const DenseDecodeParams& params, const DecodeSchedule& schedule, cud
     }
   }
 #endif
-
-  const detail::OutputView output{params.out, params.out_batch_stride, params.out_token_stride, params.out_head_stride,
-                                  params.lse, params.lse_batch_stride, params.lse_head_stride};
-  const detail::CombineParams cp =
-      detail::combine_params(schedule, params.batch, 1, params.h_kv, tiling, output, nullptr);
-  detail::launch_combine<Native>(cp, stream);
 }
 
 }  // namespace hmla::sm90::dense_decode
