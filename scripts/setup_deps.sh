@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the pinned build dependencies that do not come from the system into .deps/ (git-ignored):
 #   CUTLASS/CuTe headers from the PyPI wheel nvidia-cutlass (headers only, --no-deps).
+#   nlohmann-json headers from the PyPI wheel nlohmann-json (hmla-bench's JSON files).
+#   CLI11 headers copied from Debian's libcli11-dev (hmla-bench's command line).
+# The GPU machine installs no packages, so everything a build there needs is staged here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CUTLASS_VERSION=4.2.0.0
@@ -14,4 +17,25 @@ fi
 if [ ! -f .deps/googletest/CMakeLists.txt ] && [ -f /usr/src/googletest/CMakeLists.txt ]; then
   mkdir -p .deps && cp -r /usr/src/googletest .deps/googletest
 fi
-echo "deps ready: $dest"
+# nlohmann-json: PyPI's wheel repackages the upstream release's include/ tree unchanged; pip pins it
+# exactly on every machine, which Debian's package (3.11.2 on Debian 12) would not.
+NLOHMANN_JSON_VERSION=3.12.0
+json_dest=.deps/nlohmann-json-${NLOHMANN_JSON_VERSION}
+if [ ! -f "$json_dest/nlohmann_json/include/nlohmann/json.hpp" ]; then
+  rm -rf "$json_dest"
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --no-compile \
+    --target "$json_dest" "nlohmann-json==${NLOHMANN_JSON_VERSION}"
+fi
+# CLI11 is on no registry but Debian's (libcli11-dev 2.1.2+ds-1 on Debian 12, headers in
+# /usr/include/CLI); only that version is staged, so that every build of the bench uses the same one.
+CLI11_VERSION=2.1.2
+cli_dest=.deps/cli11-${CLI11_VERSION}
+if [ ! -f "$cli_dest/include/CLI/CLI.hpp" ]; then
+  if grep -qs "#define CLI11_VERSION \"${CLI11_VERSION}\"" /usr/include/CLI/Version.hpp; then
+    rm -rf "$cli_dest" && mkdir -p "$cli_dest/include" && cp -r /usr/include/CLI "$cli_dest/include/CLI"
+  else
+    echo "warning: CLI11 ${CLI11_VERSION} not staged: /usr/include/CLI is missing or another version" \
+         "(apt-get install libcli11-dev on Debian 12); hmla-bench then needs -DHMLA_CLI11_INCLUDE_DIR=" >&2
+  fi
+fi
+echo "deps ready: $dest $json_dest $cli_dest"

@@ -6,10 +6,9 @@
 #include <climits>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 
-#include "json.h"
+#include <nlohmann/json.hpp>
 
 namespace hmla_bench {
 namespace {
@@ -40,17 +39,30 @@ std::string executable_dir(const char* argv0) {
   return "";
 }
 
-int num_or(const JsonValue& row, const char* k, int fallback) {
-  const JsonValue* v = row.get(k);
-  return (v && v->is_number()) ? (int)v->as_number() : fallback;
+// A member of `obj` (an object: the row, meta, meta.ceilings), or nullptr when `obj` is not an
+// object or has no such key.
+const nlohmann::json* member(const nlohmann::json& obj, const char* k) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(k);
+  return it == obj.end() ? nullptr : &*it;
 }
-bool bool_or(const JsonValue& row, const char* k, bool fallback) {
-  const JsonValue* v = row.get(k);
-  return (v && v->is_bool()) ? v->as_bool() : fallback;
+// The anchor file's fields are optional and a field of the wrong type counts as absent: the file is
+// written by hand and by compare.py, and a row lacking a field still matches on the others.
+int num_or(const nlohmann::json& row, const char* k, int fallback) {
+  const nlohmann::json* v = member(row, k);
+  return (v && v->is_number()) ? (int)v->get<double>() : fallback;
 }
-std::string str_or(const JsonValue& row, const char* k, const std::string& fallback) {
-  const JsonValue* v = row.get(k);
-  return (v && v->is_string()) ? v->as_string() : fallback;
+bool bool_or(const nlohmann::json& row, const char* k, bool fallback) {
+  const nlohmann::json* v = member(row, k);
+  return (v && v->is_boolean()) ? v->get<bool>() : fallback;
+}
+std::string str_or(const nlohmann::json& row, const char* k, const std::string& fallback) {
+  const nlohmann::json* v = member(row, k);
+  return (v && v->is_string()) ? v->get<std::string>() : fallback;
+}
+double number_or(const nlohmann::json& obj, const char* k, double fallback) {
+  const nlohmann::json* v = member(obj, k);
+  return (v && v->is_number()) ? v->get<double>() : fallback;
 }
 
 }  // namespace
@@ -82,29 +94,26 @@ const AnchorRow* Anchors::find_sparse(const SparseCase& c) const {
 Anchors load_anchors(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("cannot open anchor file '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  JsonValue doc;
+  nlohmann::json doc;
   try {
-    doc = JsonValue::parse(ss.str());
-  } catch (const std::exception& e) {
+    doc = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::parse_error& e) {
     throw std::runtime_error("anchor file '" + path + "': " + e.what());
   }
-  const JsonValue* rows = doc.get("rows");
+  const nlohmann::json* rows = member(doc, "rows");
   if (rows == nullptr || !rows->is_array())
     throw std::runtime_error("anchor file '" + path + "' has no \"rows\" array");
   Anchors a;
   a.path = path;
-  if (const JsonValue* meta = doc.get("meta")) {
+  if (const nlohmann::json* meta = member(doc, "meta")) {
     a.system = str_or(*meta, "system", "");
-    if (const JsonValue* ceil = meta->get("ceilings")) {
-      if (const JsonValue* v = ceil->get("copy_gbps_read_plus_write"); v && v->is_number()) a.copy_gbps = v->as_number();
-      if (const JsonValue* v = ceil->get("bf16_matmul_tflops_8192"); v && v->is_number()) a.matmul_tflops = v->as_number();
+    if (const nlohmann::json* ceil = member(*meta, "ceilings")) {
+      a.copy_gbps = number_or(*ceil, "copy_gbps_read_plus_write", 0);
+      a.matmul_tflops = number_or(*ceil, "bf16_matmul_tflops_8192", 0);
     }
   }
-  for (const JsonValue& row : rows->as_array()) {
-    if (!row.is_object()) continue;
-    const JsonValue* t = row.get("time_us");
+  for (const nlohmann::json& row : *rows) {
+    const nlohmann::json* t = member(row, "time_us");
     if (t == nullptr || !t->is_number()) continue;
     AnchorRow r;
     r.kind = str_or(row, "kind", "");
@@ -124,7 +133,7 @@ Anchors load_anchors(const std::string& path) {
     r.causal = bool_or(row, "causal", false);
     r.varlen = bool_or(row, "varlen", false);
     r.attn_sink = bool_or(row, "attn_sink", false);
-    r.time_us = t->as_number();
+    r.time_us = t->get<double>();
     a.rows.push_back(r);
   }
   return a;

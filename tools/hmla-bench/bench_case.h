@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "anchors.h"
+#include "bench_json.h"
 #include "common.h"
 #include "hmla/types.h"
-#include "json.h"
 #include "timing.h"
 
 namespace hmla_bench {
@@ -91,11 +91,11 @@ class BenchCase {
   virtual std::string extra_header() const { return ""; }
   virtual std::string extra_cells() const { return ""; }
 
-  // JSON: the shape fields open the row; the schedule fields follow the metrics; the extras follow
-  // workspace_bytes.
-  virtual void json_shape(JsonWriter& w) const = 0;
-  virtual void json_schedule(JsonWriter& w) const = 0;
-  virtual void json_extras(JsonWriter& w) const { (void)w; }
+  // JSON: each adds its fields to the row object. The shape fields open the row; the schedule
+  // fields follow the metrics; the extras follow workspace_bytes.
+  virtual void json_shape(Json& row) const = 0;
+  virtual void json_schedule(Json& row) const = 0;
+  virtual void json_extras(Json& row) const { (void)row; }
 };
 
 TimingConfig timing_config(const RowOptions& opt);

@@ -1,4 +1,4 @@
-// hmla-bench: the cases of each family (dense decode, sparse decode) and the named sweeps.
+// hmla-bench: the cases of each family (dense decode, sparse decode, merge) and the named sweeps.
 #pragma once
 
 #include <string>
@@ -154,6 +154,21 @@ inline std::vector<SparseCase> sparse_default_sweep() {
 inline std::vector<SparseCase> sparse_quick_sweep() {
   std::vector<SparseCase> all = sparse_default_sweep();
   return {all[0], all[4]};
+}
+
+// n partial attention results of one shape, merged by hmla::merge_attention_states.
+struct MergeCase {
+  hmla::DType dtype = hmla::DType::kBF16;
+  int b = 128;  // batch entries (or query tokens of a prefill, with s_q 1)
+  int s_q = 1;
+  int h = 128;
+  int d_v = 512;
+  int states = 2;
+};
+
+inline std::string describe(const MergeCase& c) {
+  return "b=" + std::to_string(c.b) + " s_q=" + std::to_string(c.s_q) + " h=" + std::to_string(c.h) +
+         " d_v=" + std::to_string(c.d_v) + " states=" + std::to_string(c.states) + " " + hmla::dtype_name(c.dtype);
 }
 
 struct Sweep {

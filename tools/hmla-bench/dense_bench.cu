@@ -289,18 +289,34 @@ std::string DenseBench::shape_cells() const {
   return buf;
 }
 
-void DenseBench::json_shape(JsonWriter& w) const {
+void DenseBench::json_shape(Json& row) const {
   const DenseCase& c = c_;
-  w.kv("kind", "dense_decode").kv("layout", hmla::dtype_name(c.dtype)).kv("dtype", hmla::dtype_name(c.dtype));
-  w.kv("b", c.b).kv("s_q", c.s_q).kv("h_q", c.h_q).kv("h_kv", c.h_kv).kv("s_k", c.s_k);
-  w.kv("s_k_mean", (double)total_tokens_ / c.b).kv("s_k_min", s_k_min_).kv("s_k_max", s_k_max_);
-  w.kv("topk", 0).kv("extra_topk", 0).kv("extra_s_k", 0).kv("extra_page", 0);
-  w.kv("d_qk", kDqk).kv("d_v", kDv).kv("causal", c.causal).kv("varlen", c.varlen).kv("page", c.page);
-  w.kv("attn_sink", false);
+  row["kind"] = "dense_decode";
+  row["layout"] = hmla::dtype_name(c.dtype);
+  row["dtype"] = hmla::dtype_name(c.dtype);
+  row["b"] = c.b;
+  row["s_q"] = c.s_q;
+  row["h_q"] = c.h_q;
+  row["h_kv"] = c.h_kv;
+  row["s_k"] = c.s_k;
+  row["s_k_mean"] = (double)total_tokens_ / c.b;
+  row["s_k_min"] = s_k_min_;
+  row["s_k_max"] = s_k_max_;
+  row["topk"] = 0;
+  row["extra_topk"] = 0;
+  row["extra_s_k"] = 0;
+  row["extra_page"] = 0;
+  row["d_qk"] = kDqk;
+  row["d_v"] = kDv;
+  row["causal"] = c.causal;
+  row["varlen"] = c.varlen;
+  row["page"] = c.page;
+  row["attn_sink"] = false;
 }
 
-void DenseBench::json_schedule(JsonWriter& w) const {
-  w.kv("num_sm_parts", num_sm_parts_).kv("num_m_blocks", num_m_blocks_);
+void DenseBench::json_schedule(Json& row) const {
+  row["num_sm_parts"] = num_sm_parts_;
+  row["num_m_blocks"] = num_m_blocks_;
 }
 
 }  // namespace hmla_bench

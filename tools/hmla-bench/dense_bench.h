@@ -44,8 +44,8 @@ class DenseBench : public BenchCase {
 
   std::string shape_header() const override;
   std::string shape_cells() const override;
-  void json_shape(JsonWriter& w) const override;
-  void json_schedule(JsonWriter& w) const override;
+  void json_shape(Json& row) const override;
+  void json_schedule(Json& row) const override;
 
  private:
   DenseCase c_;

@@ -155,9 +155,14 @@ std::string MergeBench::shape_cells() const {
   return buf;
 }
 
-void MergeBench::json_shape(JsonWriter& w) const {
-  w.kv("kind", "merge").kv("dtype", hmla::dtype_name(c_.dtype));
-  w.kv("b", c_.b).kv("s_q", c_.s_q).kv("h_q", c_.h).kv("d_v", c_.d_v).kv("states", c_.states);
+void MergeBench::json_shape(Json& row) const {
+  row["kind"] = "merge";
+  row["dtype"] = hmla::dtype_name(c_.dtype);
+  row["b"] = c_.b;
+  row["s_q"] = c_.s_q;
+  row["h_q"] = c_.h;
+  row["d_v"] = c_.d_v;
+  row["states"] = c_.states;
 }
 
 }  // namespace hmla_bench

@@ -7,24 +7,11 @@
 #include <vector>
 
 #include "bench_case.h"
+#include "cases.h"
 #include "hmla/merge.h"
 #include "hmla/types.h"
 
 namespace hmla_bench {
-
-struct MergeCase {
-  hmla::DType dtype = hmla::DType::kBF16;
-  int b = 128;  // batch entries (or query tokens of a prefill, with s_q 1)
-  int s_q = 1;
-  int h = 128;
-  int d_v = 512;
-  int states = 2;
-};
-
-inline std::string describe(const MergeCase& c) {
-  return "b=" + std::to_string(c.b) + " s_q=" + std::to_string(c.s_q) + " h=" + std::to_string(c.h) +
-         " d_v=" + std::to_string(c.d_v) + " states=" + std::to_string(c.states) + " " + hmla::dtype_name(c.dtype);
-}
 
 // Every state's out and lse read once, the merged out and lse written once.
 inline double merge_bytes(const MergeCase& c) {
@@ -53,8 +40,8 @@ class MergeBench : public BenchCase {
 
   std::string shape_header() const override;
   std::string shape_cells() const override;
-  void json_shape(JsonWriter& w) const override;
-  void json_schedule(JsonWriter& w) const override { (void)w; }
+  void json_shape(Json& row) const override;
+  void json_schedule(Json& row) const override { (void)row; }
 
  private:
   hmla::MergeAttentionParams params(int set) const;

@@ -496,31 +496,49 @@ std::string SparseBench::extra_cells() const {
   return buf;
 }
 
-void SparseBench::json_shape(JsonWriter& w) const {
+void SparseBench::json_shape(Json& row) const {
   const SparseCase& c = c_;
   const bool x = c.extra_topk > 0;
-  w.kv("kind", "sparse_decode").kv("layout", sparse_layout_name(c.layout)).kv("dtype", "bf16");
-  w.kv("b", c.b).kv("s_q", c.s_q).kv("h_q", c.h_q).kv("h_kv", 1).kv("s_k", c.s_k);
-  w.kv("topk", c.topk).kv("extra_topk", c.extra_topk).kv("extra_s_k", x ? c.extra_s_k : 0);
-  w.kv("extra_page", x ? c.extra_page : 0);
-  w.kv("d_qk", d_qk_).kv("d_v", kDv).kv("causal", false).kv("varlen", false).kv("page", c.page);
-  w.kv("attn_sink", c.sink);
-  w.kv("topk_length", topk_length_name(c.topk_length));
+  row["kind"] = "sparse_decode";
+  row["layout"] = sparse_layout_name(c.layout);
+  row["dtype"] = "bf16";
+  row["b"] = c.b;
+  row["s_q"] = c.s_q;
+  row["h_q"] = c.h_q;
+  row["h_kv"] = 1;
+  row["s_k"] = c.s_k;
+  row["topk"] = c.topk;
+  row["extra_topk"] = c.extra_topk;
+  row["extra_s_k"] = x ? c.extra_s_k : 0;
+  row["extra_page"] = x ? c.extra_page : 0;
+  row["d_qk"] = d_qk_;
+  row["d_v"] = kDv;
+  row["causal"] = false;
+  row["varlen"] = false;
+  row["page"] = c.page;
+  row["attn_sink"] = c.sink;
+  row["topk_length"] = topk_length_name(c.topk_length);
   double main_mean = 0, extra_mean = 0;
   for (int32_t l : main_.lengths) main_mean += l;
   for (int32_t l : extra_.lengths) extra_mean += l;
-  w.kv("topk_length_mean", main_mean / c.b).kv("extra_topk_length_mean", extra_mean / c.b);
-  w.kv("attended", attended_).kv("unique_tokens_read", unique_tokens_);
-  w.kv("softmax_scale", (double)softmax_scale_).kv("cache_copies", cache_copies_);
+  row["topk_length_mean"] = main_mean / c.b;
+  row["extra_topk_length_mean"] = extra_mean / c.b;
+  row["attended"] = attended_;
+  row["unique_tokens_read"] = unique_tokens_;
+  row["softmax_scale"] = (double)softmax_scale_;
+  row["cache_copies"] = cache_copies_;
 }
 
-void SparseBench::json_schedule(JsonWriter& w) const {
-  w.kv("num_sm_parts", num_sm_parts_).kv("num_m_blocks", num_m_blocks_);
+void SparseBench::json_schedule(Json& row) const {
+  row["num_sm_parts"] = num_sm_parts_;
+  row["num_m_blocks"] = num_m_blocks_;
 }
 
-void SparseBench::json_extras(JsonWriter& w) const {
-  w.kv("plan_time_us", plan_time_.median).kv("plan_time_us_min", plan_time_.min);
-  w.kv("plan_time_us_p90", plan_time_.p90).kv("plan_iters", plan_time_.count);
+void SparseBench::json_extras(Json& row) const {
+  row["plan_time_us"] = plan_time_.median;
+  row["plan_time_us_min"] = plan_time_.min;
+  row["plan_time_us_p90"] = plan_time_.p90;
+  row["plan_iters"] = plan_time_.count;
 }
 
 }  // namespace hmla_bench

@@ -41,9 +41,9 @@ class SparseBench : public BenchCase {
   std::string shape_cells() const override;
   std::string extra_header() const override;
   std::string extra_cells() const override;
-  void json_shape(JsonWriter& w) const override;
-  void json_schedule(JsonWriter& w) const override;
-  void json_extras(JsonWriter& w) const override;
+  void json_shape(Json& row) const override;
+  void json_schedule(Json& row) const override;
+  void json_extras(Json& row) const override;
 
   // One cache (the main one or the extra one): its geometry, host image, block table, per-set index
   // lists and their device copies.
