@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hmla/decode_schedule.h"
+
 #if defined(__CUDACC__)
 #define HMLA_HOST_DEVICE __host__ __device__
 #else
@@ -154,6 +156,24 @@ struct WorkspaceLayout {
 inline int num_sm_parts_for(int num_sms, int h_kv, int num_m_blocks) {
   int parts = num_sms / (h_kv * num_m_blocks);
   return parts > 0 ? parts : 1;
+}
+
+// The plan's views and the outputs in a decode kernel's parameters (every family's KernelParams
+// names them alike).
+template <class KernelParams, class Params>
+void set_schedule_and_outputs(KernelParams& kp, const hmla::DecodeSchedule& s, const Params& params) {
+  kp.parts = reinterpret_cast<const PartMetadata*>(s.tile_metadata);
+  kp.req_num_splits = s.num_splits;
+  kp.req_split_base = s.split_base;
+  kp.lse_accum = s.lse_accum;
+  kp.o_accum = s.o_accum;
+  kp.out = params.out;
+  kp.out_batch_stride = params.out_batch_stride;
+  kp.out_token_stride = params.out_token_stride;
+  kp.out_head_stride = params.out_head_stride;
+  kp.lse = params.lse;
+  kp.lse_batch_stride = params.lse_batch_stride;
+  kp.lse_head_stride = params.lse_head_stride;
 }
 
 }  // namespace hmla::detail

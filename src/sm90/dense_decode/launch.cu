@@ -59,18 +59,7 @@ void launch_for(const DenseDecodeParams& params, const DecodeSchedule& schedule,
   kp.seqlens = params.cache_seqlens;
   kp.block_table = params.block_table;
   kp.block_table_batch_stride = params.block_table_batch_stride;
-  kp.parts = reinterpret_cast<const detail::PartMetadata*>(schedule.tile_metadata);
-  kp.req_num_splits = schedule.num_splits;
-  kp.req_split_base = schedule.split_base;
-  kp.lse_accum = schedule.lse_accum;
-  kp.o_accum = schedule.o_accum;
-  kp.out = params.out;
-  kp.out_batch_stride = params.out_batch_stride;
-  kp.out_token_stride = params.out_token_stride;
-  kp.out_head_stride = params.out_head_stride;
-  kp.lse = params.lse;
-  kp.lse_batch_stride = params.lse_batch_stride;
-  kp.lse_head_stride = params.lse_head_stride;
+  detail::set_schedule_and_outputs(kp, schedule, params);
 
   launch_kernel<Element>(q_map, k_map, kp, dim3(tiling.num_m_blocks, params.h_kv, schedule.num_sm_parts), stream);
 

@@ -63,19 +63,8 @@ void launch(const SparseDecodeParams& params, const DecodeSchedule& schedule, cu
   kp.extra_indices_batch_stride = params.extra_indices_batch_stride;
   kp.extra_indices_token_stride = params.extra_indices_token_stride;
   kp.attn_sink = params.attn_sink;
-  kp.parts = reinterpret_cast<const detail::PartMetadata*>(schedule.tile_metadata);
-  kp.req_num_splits = schedule.num_splits;
-  kp.req_split_base = schedule.split_base;
+  detail::set_schedule_and_outputs(kp, schedule, params);
   kp.rows_per_slot = static_cast<size_t>(schedule.num_m_blocks) * kBlockM;
-  kp.lse_accum = schedule.lse_accum;
-  kp.o_accum = schedule.o_accum;
-  kp.out = params.out;
-  kp.out_batch_stride = params.out_batch_stride;
-  kp.out_token_stride = params.out_token_stride;
-  kp.out_head_stride = params.out_head_stride;
-  kp.lse = params.lse;
-  kp.lse_batch_stride = params.lse_batch_stride;
-  kp.lse_head_stride = params.lse_head_stride;
 
   if (params.layout == SparseCacheLayout::kV32)
     launch_kernel<SparseCacheLayout::kV32>(q_map, kp, schedule.num_m_blocks, schedule.num_sm_parts, stream);
