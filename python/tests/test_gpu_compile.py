@@ -115,21 +115,28 @@ def test_compiled_dense_call_with_a_metadata_object_from_outside(torch_cuda):
     assert_same(torch, compiled(q, meta), eager(q))
 
 
-def test_compiled_dense_step_in_a_cuda_graph(torch_cuda):
-    torch = torch_cuda
-    args = dense_inputs(torch)
-    q, k, bt, sl, q2 = args
+def compile_and_capture(torch, step, args):
+    """step compiled with fullgraph=True, run twice on a side stream (compilation and first launches
+    stay outside the capture), then captured in a CUDA graph: (graph, the captured outputs)."""
     torch._dynamo.reset()
-    compiled = torch.compile(dense_step, fullgraph=True)
+    compiled = torch.compile(step, fullgraph=True)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # compile and first launches outside the capture
+    with torch.cuda.stream(side):
         for _ in range(2):
             compiled(*args)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = compiled(*args)
+    return graph, captured
+
+
+def test_compiled_dense_step_in_a_cuda_graph(torch_cuda):
+    torch = torch_cuda
+    args = dense_inputs(torch)
+    q, k, bt, sl, q2 = args
+    graph, captured = compile_and_capture(torch, dense_step, args)
     for lengths in ([10, 200, 3000, 0], [4000, 1, 0, 999], [4096, 4095, 1, 2]):
         sl.copy_(torch.tensor(lengths, dtype=torch.int32))
         q.copy_(torch.randn_like(q))
@@ -156,17 +163,7 @@ def test_compiled_sparse_step_in_a_cuda_graph(torch_cuda):
     args = sparse_inputs(torch, 576, True)
     q, k_cache, indices, topk_length, sink, extra_k, extra_indices, extra_topk_length = args
     gen = torch.Generator(device="cuda").manual_seed(21)
-    torch._dynamo.reset()
-    compiled = torch.compile(sparse_step, fullgraph=True)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            compiled(*args)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = compiled(*args)
+    graph, captured = compile_and_capture(torch, sparse_step, args)
     for lengths, extra_lengths in (([100, 0, 37, 1], [5, 0, 64, 64]), ([1, 100, 99, 0], [64, 64, 0, 1])):
         q.copy_(torch.randn(q.shape, generator=gen, device="cuda").to(torch.bfloat16))
         indices.copy_(make_indices(torch, *indices.shape, 12 * 64, gen))
