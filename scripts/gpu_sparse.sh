@@ -8,7 +8,8 @@
 #                                   subset of the GPU suite; dense = compare.py's dense rows too; ab = the
 #                                   bench's sparse rows, this build against HMLA_AB_BASE; more = the NaN,
 #                                   device-value, merge and fuzz suites; merge = the merge op's bench rows;
-#                                   overhead = python/tests/bench_overhead.py)
+#                                   overhead = python/tests/bench_overhead.py; prefill = the sparse prefill suite)
+# HMLA_COMPARE_ONLY: compare.py's kinds (default sparse_decode; e.g. sparse_decode,sparse_prefill).
 # HMLA_PY_INSTALLED=1: the Python package is already installed (built earlier in the same call).
 # Knobs: HMLA_TEST_TIMEOUT, HMLA_SANITIZERS ("memcheck racecheck"), HMLA_SANITIZER_FILTER,
 # HMLA_SANITIZER_TIMEOUT, HMLA_COMPARE_TIMEOUT (seconds).
@@ -44,6 +45,11 @@ if has densetests; then
   grep -E "FAILED|PASSED|tests ran" "$OUT/dense_tests.log" | tail -n 10
   "$C" --gtest_brief=1 > "$OUT/cpu_tests.log" 2>&1 || status=1
   tail -n 2 "$OUT/cpu_tests.log"
+fi
+if has prefill; then
+  echo "== gpu tests: sparse prefill"
+  timeout "${HMLA_TEST_TIMEOUT:-300}" "$T" --gtest_brief=1 --gtest_filter='*SparsePrefill*' > "$OUT/prefill_tests.log" 2>&1 || status=1
+  grep -E "FAILED|PASSED|tests ran|Failure|bad values|error of out" "$OUT/prefill_tests.log" | tail -n 30
 fi
 if has more; then
   echo "== gpu tests: NaN, device-side values, merge, fuzz of both decode families"
@@ -81,8 +87,8 @@ if { has python || has compare; } && [ "${HMLA_PY_INSTALLED:-0}" != 1 ]; then
 fi
 if has compare; then
   echo "== compare.py"
-  only=sparse_decode
-  has dense && only=dense,sparse_decode
+  only=${HMLA_COMPARE_ONLY:-sparse_decode}
+  has dense && only=dense,$only
   bash .deps/compare/build_flashmla.sh /tmp/fm > "$OUT/flashmla_build.log" 2>&1 || { tail -n 20 "$OUT/flashmla_build.log"; status=1; }
   PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA timeout "${HMLA_COMPARE_TIMEOUT:-400}" python3 .deps/compare/compare.py \
     --out "$OUT/compare" --only "$only" > "$OUT/compare_stdout.log" 2>&1 || status=1

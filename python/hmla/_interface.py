@@ -1,9 +1,8 @@
 """FlashMLA's Python interface over hmla: get_mla_metadata, flash_mla_with_kvcache, flash_mla_sparse_fwd.
 
 Signatures, shapes, dtypes and defaults follow FlashMLA's current ``flash_mla_interface.py``, so
-``import hmla as flash_mla`` works for code written for FlashMLA: dense decode and token-sparse decode
-over FP8 caches (``flash_mla_sparse_fwd`` checks its arguments and then raises NotImplementedError
-until hmla's sparse prefill kernel lands).
+``import hmla as flash_mla`` works for code written for FlashMLA: dense decode, token-sparse decode
+over FP8 caches and token-sparse prefill (``flash_mla_sparse_fwd``).
 
 Scheduling (the one place where hmla has to choose, see docs/PYTHON.md "Metadata and planning"):
 hmla's plan needs (batch, s_q, h_q, h_kv) and the device-side sequence lengths. The plan runs
@@ -35,7 +34,6 @@ from typing import Any, Optional, Tuple
 from . import _C
 from ._frameworks import _BY_TYPE, Adapter, adapter_for, export
 
-_NOT_IMPLEMENTED_SPARSE_PREFILL = "hmla: the sparse prefill kernel is not implemented yet (decode only)"
 
 _MAX_S_Q = 16
 _MAX_H_Q = 128
@@ -587,23 +585,9 @@ def _run_sparse(fw, arrays, sched, softmax_scale, fn):
     return out, lse
 
 
-def flash_mla_sparse_fwd(
-    q: Any,
-    kv: Any,
-    indices: Any,
-    sm_scale: float,
-    d_v: int = 512,
-    attn_sink: Any = None,
-    topk_length: Any = None,
-    indexer_topk: int = 0,
-) -> Tuple[Any, Any, Any]:
-    """Token-sparse prefill (FlashMLA's ``flash_mla_sparse_fwd``): q ``[s_q, h_q, d_qk]`` bf16,
-    kv ``[s_kv, 1, d_qk]`` bf16, indices ``[s_q, 1, topk]`` int32 -> (out, max_logits, lse).
-
-    hmla has no sparse prefill kernel yet: the arguments are checked (ValueError/TypeError naming the
-    argument), then NotImplementedError is raised.
-    """
-    fn = "flash_mla_sparse_fwd"
+def _check_sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, indexer_topk, fn):
+    """flash_mla_sparse_fwd's checks (ValueError/TypeError naming the argument); returns q's framework
+    adapter and the DLPack export of an optional argument."""
     if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
         raise TypeError(f"hmla.{fn}: argument 'sm_scale' is {sm_scale!r}, expected a float")
     for name, v in (("d_v", d_v), ("indexer_topk", indexer_topk)):
@@ -622,4 +606,34 @@ def flash_mla_sparse_fwd(
                                  ex(topk_length, "topk_length"), int(indexer_topk), True)
     if indexer_topk > 0 and tuple(q.shape)[1] == 128:
         raise ValueError(f"hmla.{fn}: argument 'indexer_topk' > 0 is not supported for h_q == 128 (as in FlashMLA)")
-    raise NotImplementedError(_NOT_IMPLEMENTED_SPARSE_PREFILL)
+    return fw, ex
+
+
+def flash_mla_sparse_fwd(
+    q: Any,
+    kv: Any,
+    indices: Any,
+    sm_scale: float,
+    d_v: int = 512,
+    attn_sink: Any = None,
+    topk_length: Any = None,
+    indexer_topk: int = 0,
+) -> Tuple[Any, Any, Any]:
+    """Token-sparse prefill (FlashMLA's ``flash_mla_sparse_fwd``): q ``[s_q, h_q, d_qk]`` bf16,
+    kv ``[s_kv, 1, d_qk]`` bf16, indices ``[s_q, 1, topk]`` int32 -> (out, max_logits, lse).
+
+    Indices < 0 or >= s_kv are skipped; ``topk_length[s]`` limits token s to its first entries;
+    ``attn_sink [h_q]`` as in decode. Returns ``out [s_q, h_q, 512]`` bf16, ``max_logits`` and ``lse``
+    ``[s_q, h_q]`` float32 (natural log of the scaled scores; a token with no valid key: out 0, lse
+    +inf, max_logits -inf), in q's framework, on q's current stream.
+    """
+    fn = "flash_mla_sparse_fwd"
+    fw, ex = _check_sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, indexer_topk, fn)
+    s_q, h_q = int(q.shape[0]), int(q.shape[1])
+    out, lse = fw.alloc_outputs(q, (s_q, h_q, _D_V), (s_q, h_q))
+    max_logits = fw.empty_f32((s_q, h_q), q)
+    _C.sparse_prefill_run(ex(q, "q"), ex(kv, "kv"), ex(indices, "indices"), float(sm_scale), int(d_v),
+                          ex(attn_sink, "attn_sink"), ex(topk_length, "topk_length"), int(indexer_topk),
+                          export(out, fw, fn, "out"), export(max_logits, fw, fn, "max_logits"),
+                          export(lse, fw, fn, "lse"), fw.stream(q))
+    return out, max_logits, lse

@@ -24,6 +24,7 @@
 #include "hmla/params.h"
 #include "hmla/reference.h"
 #include "hmla/sparse_decode.h"
+#include "hmla/sparse_prefill.h"
 #include "hmla/types.h"
 
 namespace nb = nanobind;
@@ -812,22 +813,22 @@ void sparse_run(nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj, nb::hand
 }
 
 // ---------------------------------------------------------------------------------------------
-// Sparse prefill: argument checks only (hmla has no sparse prefill kernel yet).
+// Sparse prefill (flash_mla_sparse_fwd)
 
-void check_sparse_prefill_args(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj, int64_t d_v,
-                               nb::handle sink_obj, nb::handle topk_len_obj, int64_t indexer_topk,
-                               bool require_cuda) {
+// FlashMLA's checks of the call, then its arrays as hmla's prefill parameters (outputs unset).
+hmla::SparsePrefillParams import_sparse_prefill(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj,
+                                                int64_t d_v, nb::handle sink_obj, nb::handle topk_len_obj,
+                                                int64_t indexer_topk, bool require_cuda, int* device) {
   const char* fn = "flash_mla_sparse_fwd";
-  int device = -1;
   InArray q = import_array<InArray>(q_obj, fn, "q");
   InArray kv = import_array<InArray>(kv_obj, fn, "kv");
   InArray idx = import_array<InArray>(idx_obj, fn, "indices");
   check_dtype(fn, "q", q, {dt(kCodeBfloat, 16)}, "bfloat16");
   check_dtype(fn, "kv", kv, {dt(kCodeBfloat, 16)}, "bfloat16");
   check_dtype(fn, "indices", idx, {dt(kCodeInt, 32)}, "int32");
-  check_device(fn, "q", q, require_cuda, &device);
-  check_device(fn, "kv", kv, require_cuda, &device);
-  check_device(fn, "indices", idx, require_cuda, &device);
+  check_device(fn, "q", q, require_cuda, device);
+  check_device(fn, "kv", kv, require_cuda, device);
+  check_device(fn, "indices", idx, require_cuda, device);
   check_ndim(fn, "q", q, 3, "[s_q, h_q, head_dim]");
   check_ndim(fn, "kv", kv, 3, "[s_kv, h_kv, head_dim]");
   check_ndim(fn, "indices", idx, 3, "[s_q, h_kv, topk]");
@@ -843,8 +844,57 @@ void check_sparse_prefill_args(nb::handle q_obj, nb::handle kv_obj, nb::handle i
   if (h_q < 1) raise_value(fn, "q", "has h_q 0, expected >= 1");
   check_shape(fn, "kv", kv, {-1, 1, d_qk}, "[s_kv, h_kv = 1, head_dim of q]");
   check_shape(fn, "indices", idx, {s_q, 1, -1}, "[s_q, h_kv = 1, topk]");
-  import_optional_vector(fn, "attn_sink", sink_obj, dt(kCodeFloat, 32), "float32", h_q, "[h_q]", require_cuda, &device);
-  import_optional_vector(fn, "topk_length", topk_len_obj, dt(kCodeInt, 32), "int32", s_q, "[s_q]", require_cuda, &device);
+  hmla::SparsePrefillParams p;
+  p.attn_sink = static_cast<const float*>(import_optional_vector(
+      fn, "attn_sink", sink_obj, dt(kCodeFloat, 32), "float32", h_q, "[h_q]", require_cuda, device));
+  p.topk_length = static_cast<const int32_t*>(import_optional_vector(
+      fn, "topk_length", topk_len_obj, dt(kCodeInt, 32), "int32", s_q, "[s_q]", require_cuda, device));
+  p.s_q = to_int(fn, "q", s_q, "s_q");
+  p.s_kv = to_int(fn, "kv", kv.shape(0), "s_kv");
+  p.h_q = static_cast<int>(h_q);
+  p.d_qk = static_cast<int>(d_qk);
+  p.d_v = kDV;
+  p.q = static_cast<const uint16_t*>(q.data());
+  p.q_token_stride = q.stride(0);
+  p.q_head_stride = q.stride(1);
+  p.kv = static_cast<const uint16_t*>(kv.data());
+  p.kv_token_stride = kv.stride(0);
+  p.indices = static_cast<const int32_t*>(idx.data());
+  p.topk = to_int(fn, "indices", idx.shape(2), "topk");
+  p.indices_token_stride = idx.stride(0);
+  return p;
+}
+
+void check_sparse_prefill_args(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj, int64_t d_v,
+                               nb::handle sink_obj, nb::handle topk_len_obj, int64_t indexer_topk,
+                               bool require_cuda) {
+  int device = -1;
+  import_sparse_prefill(q_obj, kv_obj, idx_obj, d_v, sink_obj, topk_len_obj, indexer_topk, require_cuda, &device);
+}
+
+// out [s_q, h_q, 512] bf16, max_logits and lse [s_q, h_q] float32 contiguous, allocated by the caller.
+void sparse_prefill_run(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj, double sm_scale, int64_t d_v,
+                        nb::handle sink_obj, nb::handle topk_len_obj, int64_t indexer_topk, nb::handle out_obj,
+                        nb::handle max_logits_obj, nb::handle lse_obj, uintptr_t stream) {
+  const char* fn = "flash_mla_sparse_fwd";
+  int device = -1;
+  hmla::SparsePrefillParams p =
+      import_sparse_prefill(q_obj, kv_obj, idx_obj, d_v, sink_obj, topk_len_obj, indexer_topk, true, &device);
+  OutArray out = import_array<OutArray>(out_obj, fn, "out");
+  OutArray max_logits = import_array<OutArray>(max_logits_obj, fn, "max_logits");
+  OutArray lse = import_array<OutArray>(lse_obj, fn, "lse");
+  check_device(fn, "out", out, true, &device);
+  check_device(fn, "max_logits", max_logits, true, &device);
+  check_device(fn, "lse", lse, true, &device);
+  check_last_dim_contiguous(fn, "out", out);
+  p.softmax_scale = static_cast<float>(sm_scale);
+  p.out = static_cast<uint16_t*>(out.data());
+  p.out_token_stride = out.stride(0);
+  p.out_head_stride = out.stride(1);
+  p.max_logits = static_cast<float*>(max_logits.data());
+  p.lse = static_cast<float*>(lse.data());
+  DeviceGuard guard(device);
+  translate(fn, [&] { hmla::sparse_prefill_run(p, reinterpret_cast<cudaStream_t>(stream)); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1064,6 +1114,10 @@ NB_MODULE(_C, m) {
   m.def("check_sparse_prefill_args", &check_sparse_prefill_args, nb::arg("q"), nb::arg("kv"), nb::arg("indices"),
         nb::arg("d_v"), nb::arg("attn_sink").none(), nb::arg("topk_length").none(), nb::arg("indexer_topk"),
         nb::arg("require_cuda"));
+
+  m.def("sparse_prefill_run", &sparse_prefill_run, nb::arg("q"), nb::arg("kv"), nb::arg("indices"),
+        nb::arg("sm_scale"), nb::arg("d_v"), nb::arg("attn_sink").none(), nb::arg("topk_length").none(),
+        nb::arg("indexer_topk"), nb::arg("out"), nb::arg("max_logits"), nb::arg("lse"), nb::arg("stream"));
 
   m.def("merge_attention_states", &merge_states, nb::arg("outs"), nb::arg("lses"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("stream"));

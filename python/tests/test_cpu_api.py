@@ -359,14 +359,15 @@ def prefill(**kw):
     return hmla.flash_mla_sparse_fwd(**a)
 
 
-def test_sparse_prefill_valid_arguments_raise_not_implemented():
-    with pytest.raises(NotImplementedError) as e:
-        prefill()
-    assert str(e.value) == "hmla: the sparse prefill kernel is not implemented yet (decode only)"
+def test_sparse_prefill_valid_arguments_pass_every_check():
     dev = dict(device_type=dl.CUDA)
-    with pytest.raises(NotImplementedError):
-        prefill(q=dl.bf16((32, 128, 512), **dev), kv=dl.bf16((100, 1, 512), **dev),
-                attn_sink=dl.f32((128,), **dev), topk_length=dl.i32((32,), **dev))
+    for kw in ({}, dict(q=dl.bf16((32, 128, 512), **dev), kv=dl.bf16((100, 1, 512), **dev),
+                        attn_sink=dl.f32((128,), **dev), topk_length=dl.i32((32,), **dev))):
+        a = dict(q=dl.bf16((32, 64, 576), **dev), kv=dl.bf16((100, 1, 576), **dev),
+                 indices=dl.i32((32, 1, 128), **dev), sm_scale=576 ** -0.5, d_v=512, attn_sink=None,
+                 topk_length=None, indexer_topk=0)
+        a.update(kw)
+        hmla._interface._check_sparse_prefill(**a, fn="flash_mla_sparse_fwd")
 
 
 @pytest.mark.parametrize(

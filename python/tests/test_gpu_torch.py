@@ -130,10 +130,6 @@ def test_errors_on_cuda_tensors(torch_cuda):
     q2, k2, bt2, sl2 = make_case(torch, 3, 1, 16, 1, [10, 20, 30], poison=False)
     with pytest.raises(ValueError, match="set up for b = 2"):
         hmla.flash_mla_with_kvcache(q2, k2, bt2, sl2, 512, meta)
-    with pytest.raises(NotImplementedError, match="sparse prefill kernel is not implemented"):
-        hmla.flash_mla_sparse_fwd(torch.zeros(8, 64, 576, dtype=torch.bfloat16, device="cuda"),
-                                  torch.zeros(32, 1, 576, dtype=torch.bfloat16, device="cuda"),
-                                  torch.zeros(8, 1, 64, dtype=torch.int32, device="cuda"), 0.04)
 
 
 def test_fp8_cache_view_on_gpu(torch_cuda):
@@ -153,3 +149,27 @@ def test_positions_to_indices_on_gpu(torch_cuda):
     got = hmla.positions_to_indices(pos, bt, 64)
     assert got.is_cuda and got.dtype == torch.int32
     assert got.tolist() == [[[256, 134, -1, -1]], [[5, 64, 255, -1]]]
+
+
+@pytest.mark.parametrize("d_qk", [576, 512])
+def test_sparse_prefill_matches_a_float64_reference(torch_cuda, d_qk):
+    """flash_mla_sparse_fwd against a float64 computation in PyTorch: invalid indices (< 0, >= s_kv)
+    skipped, out / max_logits / lse of FlashMLA's shapes and dtypes."""
+    torch = torch_cuda
+    gen = torch.Generator(device="cuda").manual_seed(d_qk)
+    s_q, h_q, s_kv, topk, scale = 8, 64, 32, 64, 0.04
+    q = torch.randn(s_q, h_q, d_qk, generator=gen, device="cuda").to(torch.bfloat16)
+    kv = torch.randn(s_kv, 1, d_qk, generator=gen, device="cuda").to(torch.bfloat16)
+    idx = torch.randint(-2, s_kv + 2, (s_q, 1, topk), generator=gen, device="cuda", dtype=torch.int32)
+    out, max_logits, lse = hmla.flash_mla_sparse_fwd(q, kv, idx, scale)
+    assert out.shape == (s_q, h_q, 512) and out.dtype == torch.bfloat16
+    assert max_logits.shape == (s_q, h_q) and lse.shape == (s_q, h_q) and lse.dtype == torch.float32
+    valid = (idx[:, 0] >= 0) & (idx[:, 0] < s_kv)
+    k = kv[:, 0].double()[idx[:, 0].clamp(0, s_kv - 1).long()]  # [s_q, topk, d_qk]
+    scores = torch.einsum("thd,tkd->thk", q.double(), k) * scale
+    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+    ref_out = torch.einsum("thk,tkd->thd", torch.softmax(scores, -1), k[..., :512])
+    rel = ((out.double() - ref_out).norm() / ref_out.norm()).item()
+    assert rel < 4e-3, rel
+    torch.testing.assert_close(lse.double(), torch.logsumexp(scores, -1), rtol=2e-4, atol=2e-4)
+    torch.testing.assert_close(max_logits.double(), scores.max(-1).values, rtol=2e-4, atol=2e-4)

@@ -19,6 +19,7 @@
 #include "hmla/merge.h"
 #include "hmla/reference.h"
 #include "hmla/sparse_decode.h"
+#include "hmla/sparse_prefill.h"
 #include "hmla/types.h"
 #include "scheduler/decode_schedule.h"
 
@@ -419,6 +420,42 @@ void validate(const SparseDecodeParams& p) {
 
   // ---- lse [batch, h_q, s_q] float32, s_q contiguous
   check_lse(where, p.lse, p.batch, p.s_q, p.h_q, p.lse_batch_stride, p.lse_head_stride);
+}
+
+void validate(const SparsePrefillParams& p) {
+  const char* where = detail::kSparsePrefillWhere;
+
+  // ---- shape: one request per query token, 64 heads per CTA
+  check_at_least(where, "s_q", p.s_q, 1);
+  if (int64_t{p.s_q} * ((p.h_q + 63) / 64) > kInt32Max)
+    fail(where, "s_q", str(p.s_q), "s_q * ceil(h_q / 64) <= " + str(kInt32Max) + " (one CTA per query token and head tile)");
+  check_at_least(where, "s_kv", p.s_kv, 1);
+  check_in_range(where, "h_q", p.h_q, 1, kMaxHeadsQ);
+  if (p.d_qk != 576 && p.d_qk != 512) fail(where, "d_qk", str(p.d_qk), "576 or 512");
+  if (p.d_v != kSparseDV) fail(where, "d_v", str(p.d_v), str(kSparseDV));
+
+  // ---- q [s_q, h_q, d_qk] bf16 (a token-head tensor with batch 1)
+  check_token_head_tensor(where, "q", p.q, 1, p.s_q, p.h_q, 0, p.q_token_stride, p.q_head_stride, p.d_qk);
+
+  // ---- kv [s_kv, d_qk] bf16, rows copied 16 bytes at a time
+  check_pointer(where, "kv", p.kv, kVectorBytes);
+  check_vector_stride(where, "kv_token_stride", p.kv_token_stride);
+  if (p.s_kv > 1 && p.kv_token_stride < p.d_qk)
+    fail(where, "kv_token_stride", str(p.kv_token_stride), ">= d_qk = " + str(p.d_qk) + " (rows of kv do not overlap)");
+
+  // ---- indices [s_q, topk] int32, topk_length [s_q] (optional)
+  check_index_list(where, "indices", p.indices, "topk", p.topk, "indices_token_stride", p.indices_token_stride,
+                   "indices_token_stride", 0, p.s_q, 1);
+  check_optional_pointer(where, "topk_length", p.topk_length, alignof(int32_t));
+
+  // ---- attn_sink [h_q] float32 (optional), softmax_scale (0: 1/sqrt(d_qk))
+  check_optional_pointer(where, "attn_sink", p.attn_sink, alignof(float));
+  check_softmax_scale(where, p.softmax_scale);
+
+  // ---- out [s_q, h_q, 512] bf16; max_logits and lse [s_q, h_q] float32, contiguous
+  check_token_head_tensor(where, "out", p.out, 1, p.s_q, p.h_q, 0, p.out_token_stride, p.out_head_stride, p.d_v);
+  check_pointer(where, "max_logits", p.max_logits, alignof(float));
+  check_pointer(where, "lse", p.lse, alignof(float));
 }
 
 void validate(const MergeAttentionParams& p) {

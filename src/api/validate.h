@@ -49,6 +49,7 @@ void validate_workspace(const char* where, const void* workspace, size_t workspa
 // ---- token-sparse decode
 
 inline constexpr const char* kSparseDecodeWhere = "hmla::sparse_decode";
+inline constexpr const char* kSparsePrefillWhere = "hmla::sparse_prefill";
 inline constexpr const char* kSparseDecodePlanWhere = "hmla::sparse_decode_plan";
 
 // Every (batch entry, query token) is one request of the sparse schedule; the planner takes at most

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -14,6 +15,7 @@
 #include "hmla/params.h"
 #include "hmla/reference.h"
 #include "hmla/sparse_decode.h"
+#include "hmla/sparse_prefill.h"
 #include "hmla/types.h"
 #include "validation_test_util.h"
 
@@ -458,6 +460,70 @@ TEST(SparsePlanValidation, ScheduleWithoutPlanningLiesInTheWorkspace) {
                             "hmla::sparse_decode_schedule", "workspace_bytes", std::to_string(bytes - 1)));
   EXPECT_TRUE(ThrowsInvalid([&] { hmla::sparse_decode_schedule(128, 2, 129, ws, bytes, 132); },
                             "hmla::sparse_decode_schedule", "h_q", "129"));
+}
+
+// ------------------------------------------------------------------------------ sparse prefill
+
+hmla::SparsePrefillParams ValidPrefill() {
+  hmla::SparsePrefillParams p;
+  p.s_q = 100;
+  p.s_kv = 4096;
+  p.h_q = 64;
+  p.d_qk = 576;
+  p.q = Fake<const uint16_t>(0x100000);
+  p.q_token_stride = 64 * 576;
+  p.q_head_stride = 576;
+  p.kv = Fake<const uint16_t>(0x200000);
+  p.kv_token_stride = 576;
+  p.indices = Fake<const int32_t>(0x300000);
+  p.topk = 2048;
+  p.indices_token_stride = 2048;
+  p.out = Fake<uint16_t>(0x400000);
+  p.out_token_stride = 64 * 512;
+  p.out_head_stride = 512;
+  p.max_logits = Fake<float>(0x500000);
+  p.lse = Fake<float>(0x600000);
+  return p;
+}
+
+::testing::AssertionResult PrefillRejects(const std::function<void(hmla::SparsePrefillParams&)>& edit,
+                                          const std::string& argument, const std::string& got) {
+  hmla::SparsePrefillParams p = ValidPrefill();
+  edit(p);
+  return ThrowsInvalid([&] { hmla::validate(p); }, "hmla::sparse_prefill", argument, got);
+}
+
+TEST(SparsePrefillValidation, AcceptsFlashMlaShapedTensors) {
+  EXPECT_NO_THROW(hmla::validate(ValidPrefill()));
+  hmla::SparsePrefillParams p = ValidPrefill();
+  p.d_qk = 512;
+  p.q_token_stride = 64 * 512;
+  p.q_head_stride = 512;
+  p.kv_token_stride = 520;  // padded rows
+  p.h_q = 1;
+  p.topk = 1;
+  EXPECT_NO_THROW(hmla::validate(p));
+}
+
+TEST(SparsePrefillValidation, RejectsEachArgument) {
+  using P = hmla::SparsePrefillParams;
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.s_q = 0; }, "s_q", "0"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.s_kv = 0; }, "s_kv", "0"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.h_q = 129; }, "h_q", "129"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.d_qk = 448; }, "d_qk", "448"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.d_v = 448; }, "d_v", "448"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.q = nullptr; }, "q", "null"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.q_head_stride = 100; }, "q_head_stride", "100"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.kv = Fake<const uint16_t>(0x200008); }, "kv", "0x200008"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.kv_token_stride = 512; }, "kv_token_stride", "512"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.indices = nullptr; }, "indices", "null"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.topk = 0; }, "topk", "0"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.topk_length = Fake<const int32_t>(0x700002); }, "topk_length", "0x700002"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.attn_sink = Fake<const float>(0x700002); }, "attn_sink", "0x700002"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.softmax_scale = -1.f; }, "softmax_scale", "-1"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.out = nullptr; }, "out", "null"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.max_logits = nullptr; }, "max_logits", "null"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.lse = Fake<float>(0x600002); }, "lse", "0x600002"));
 }
 
 }  // namespace

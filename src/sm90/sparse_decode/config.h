@@ -33,6 +33,7 @@ struct CacheFormat;
 
 template <>
 struct CacheFormat<SparseCacheLayout::kV32> {
+  static constexpr bool kBf16 = false;
   static constexpr int kHeadDim = 576;
   static constexpr int kNope = 512;          // e4m3 values
   static constexpr int kTokenStride = 656;   // token t at page + t * 656
@@ -52,6 +53,7 @@ struct CacheFormat<SparseCacheLayout::kV32> {
 
 template <>
 struct CacheFormat<SparseCacheLayout::kModel1> {
+  static constexpr bool kBf16 = false;
   static constexpr int kHeadDim = 512;
   static constexpr int kNope = 448;
   static constexpr int kTokenStride = 576;   // token t's data at page + t * 576
@@ -71,9 +73,25 @@ struct CacheFormat<SparseCacheLayout::kModel1> {
   }
 };
 
-template <SparseCacheLayout kLayout>
-struct Config {
-  using Format = CacheFormat<kLayout>;
+// Rows of a bf16 tensor (sparse prefill's kv [s_kv, d_qk]), seen as pages of one token each
+// (page_size 1, block_stride_bytes = the row stride): an index addresses its row directly, and the
+// validity rule (0 <= index < num_slots = s_kv) is the FP8 caches'. No scales, no dequantisation:
+// the producers copy the rows into the K stage as they are (cp.async).
+template <int kHeadDimT>
+struct Bf16Rows {
+  static constexpr bool kBf16 = true;
+  static constexpr int kHeadDim = kHeadDimT;
+  static constexpr int kPieces = kHeadDim * 2 / 16;  // 16-byte pieces per row
+  static constexpr int kTokenStride = 0;             // one token per page: its offset is always 0
+  __host__ __device__ static int64_t scale_offset(int /*page_size*/, int /*offset*/) { return 0; }
+};
+
+// Tiles, warp roles and shared memory of the kernel for one row format. kPrefill: one CTA per
+// (query token, head tile) with no plan and no split (sparse prefill, docs/SPARSE_PREFILL.md).
+template <typename FormatT, bool kPrefillT>
+struct ConfigT {
+  using Format = FormatT;
+  static constexpr bool kPrefill = kPrefillT;
   using Element = cute::bfloat16_t;
   static constexpr int kBlockM = 64;     // heads per tile (one wgmma M)
   static constexpr int kBlockN = 64;     // gathered tokens per K tile
@@ -93,18 +111,13 @@ struct Config {
   // at the compiled 168 each (65536 / 384 rounded down to a multiple of 8). An increase that the
   // others' decreases do not cover blocks forever.
   static constexpr int kLaunchRegs = 168;
-  static constexpr int kProducerRegs = 144;
-  static constexpr int kScorerRegs = 192;
+  // The FP8 producers hold a tile's loads (~84 registers) and more; the bf16 producers copy with
+  // cp.async and need few, which the scorer takes.
+  static constexpr int kProducerRegs = FormatT::kBf16 ? 96 : 144;
+  static constexpr int kScorerRegs = FormatT::kBf16 ? 240 : 192;
   static constexpr int kHelperRegs = kLaunchRegs;
   static_assert(kProducerRegs + kScorerRegs + kHelperRegs <= 3 * kLaunchRegs, "setmaxnreg: more registers than the CTA has");
-  static constexpr int kNopePieces = Format::kNope / 16;  // 16-byte e4m3 pieces per token
-  static constexpr int kRopePieces = 8;                    // 16-byte bf16 pieces per token
-  static_assert(kTokensPerProducerWarp * kRopePieces % 32 == 0, "whole RoPE pieces per lane");
-  static_assert(kTokensPerProducerWarp * Format::kScaleWords % 32 == 0, "whole scale words per lane");
   static_assert(kTokensPerProducerWarp <= 32, "one token's addresses per lane");
-  static_assert(Format::kDataSectors * 32 >= Format::kDataBytes + 16, "the prefetches cover a 16-byte aligned token");
-  static_assert(kNopePieces <= 32, "one NoPE piece per lane");
-  static_assert(Format::kNope + 64 == kHeadDim && Format::kNope % kChunkCols == 0, "RoPE is the last chunk");
 
   using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
@@ -139,5 +152,11 @@ struct Config {
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory plan exceeds the 227 KB per CTA of sm_90");
 };
+
+// FP8 caches of sparse decode, and the bf16 rows of sparse prefill.
+template <SparseCacheLayout kLayout>
+using Config = ConfigT<CacheFormat<kLayout>, false>;
+template <int kHeadDim>
+using PrefillConfig = ConfigT<Bf16Rows<kHeadDim>, true>;
 
 }  // namespace hmla::sm90::sparse_decode

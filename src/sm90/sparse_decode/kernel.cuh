@@ -134,8 +134,15 @@ __device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache
 template <typename Cfg>
 struct TileRows {
   using Format = typename Cfg::Format;
+  static constexpr int kNopePieces = Format::kNope / 16;  // 16-byte e4m3 pieces per token
+  static constexpr int kRopePieces = 8;                    // 16-byte bf16 pieces per token
   static constexpr int kTokens = Cfg::kTokensPerProducerWarp;
-  static constexpr int kRopePerLane = kTokens * Cfg::kRopePieces / 32;
+  static_assert(kTokens * kRopePieces % 32 == 0, "whole RoPE pieces per lane");
+  static_assert(kTokens * Format::kScaleWords % 32 == 0, "whole scale words per lane");
+  static_assert(Format::kDataSectors * 32 >= Format::kDataBytes + 16, "the prefetches cover a 16-byte aligned token");
+  static_assert(kNopePieces <= 32, "one NoPE piece per lane");
+  static_assert(Format::kNope + 64 == Cfg::kHeadDim && Format::kNope % Cfg::kChunkCols == 0, "RoPE is the last chunk");
+  static constexpr int kRopePerLane = kTokens * kRopePieces / 32;
   static constexpr int kTokensPerScaleReg = 32 / Format::kScaleWords;
   static constexpr int kScaleRegs = kTokens / kTokensPerScaleReg;
   uint4 nope[kTokens];
@@ -146,7 +153,7 @@ struct TileRows {
   __device__ __forceinline__ void load_nope(const TokenSlots& slots, int i, int lane) {
     const uint8_t* d = shfl_ptr(slots.data, i);
     nope[i] = make_uint4(0, 0, 0, 0);
-    if (((slots.valid >> i) & 1u) && lane < Cfg::kNopePieces) nope[i] = ldg_nc_u128(d + 16 * lane);
+    if (((slots.valid >> i) & 1u) && lane < kNopePieces) nope[i] = ldg_nc_u128(d + 16 * lane);
   }
   __device__ __forceinline__ void load_rope(const TokenSlots& slots, int lane) {
 #pragma unroll
@@ -190,7 +197,7 @@ struct TileRows {
     for (int i = 0; i < kTokens; ++i) {
       const int source = (i % kTokensPerScaleReg) * Format::kScaleWords + Format::scale_word_of_piece(lane);
       const uint32_t word = __shfl_sync(0xffffffffu, scale_words[i / kTokensPerScaleReg], source);
-      if (lane < Cfg::kNopePieces) {
+      if (lane < kNopePieces) {
         uint4 lo, hi;
         dev::dequant16_e4m3_to_bf16(nope[i], Format::scale_of_piece(word, lane), lo, hi);
         st_swizzled(tile, lane / 4, row0 + i, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo);
@@ -302,6 +309,54 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
   }
 }
 
+// 16 bytes from global to shared memory without registers; src_bytes 0 zero-fills them and reads
+// nothing (the source address must still be a valid one).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const uint8_t* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// The stage's barrier counts this thread's arrival once its cp.async copies have landed.
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(dev::smem_addr(bar)) : "memory");
+}
+
+// The producers of bf16 rows (sparse prefill): each warp copies its 16 tokens of a tile straight into
+// the 128-byte-swizzled K stage with cp.async, 16 bytes per instruction, a row's pieces spread over
+// the lanes; an invalid token's pieces are zero-filled from the first row, never from its index.
+template <typename Cfg>
+__device__ void copy_producer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
+                                   const detail::PartMetadata& meta) {
+  using Format = typename Cfg::Format;
+  constexpr int kTokens = Cfg::kTokensPerProducerWarp;
+  constexpr int kCopies = kTokens * Format::kPieces;
+  static_assert(kCopies % 32 == 0, "whole pieces per lane");
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int row0 = warp * kTokens;
+  TileCursor cur;
+  cur.start(p, meta);
+  for (int n = 0; !cur.done(meta); ++n, cur.next(p, meta)) {
+    const int stage = n % Cfg::kStages;
+    const PendingTile t = cur.pending<Cfg>(p, row0, lane);
+    const SparseCacheView& rows = t.extra ? p.extra_cache : p.cache;
+    const bool valid = t.index >= 0 && static_cast<int64_t>(t.index) < rows.num_slots;
+    const uint32_t mask = __ballot_sync(0xffffffffu, valid);
+    const uint8_t* row = valid ? rows.data + static_cast<int64_t>(t.index) * rows.block_stride_bytes : rows.data;
+    dev::mbar_wait(&smem.k_empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
+    if (lane == 0) smem.valid[stage][warp] = mask;
+    const uint32_t tile = dev::smem_addr(smem.k[stage]);
+#pragma unroll 4
+    for (int j = 0; j < kCopies / 32; ++j) {
+      const int k = 32 * j + lane;
+      const int token = k / Format::kPieces, piece = k % Format::kPieces;
+      const uint8_t* src = shfl_ptr(row, token) + 16 * piece;
+      const int r = row0 + token, group = piece % 8;
+      const uint32_t dst = tile + (piece / 8) * (64 * 128) + r * 128 + ((group ^ (r & 7)) << 4);
+      cp_async_16(dst, src, ((mask >> token) & 1u) ? 16u : 0u);
+    }
+    cp_async_arrive(&smem.k_full[stage]);
+  }
+}
+
 // ------------------------------------------------------------------------------------ consumers
 
 template <typename Cfg>
@@ -343,6 +398,10 @@ __device__ __forceinline__ void store_output(const KernelParams& p, const Reques
       if (p.attn_sink != nullptr && any) factor /= 1.f + __expf(p.attn_sink[head] - lse);
       dst = reinterpret_cast<__nv_bfloat16*>(p.out) + q.batch * p.out_batch_stride + q.token * p.out_token_stride + head * p.out_head_stride + col_base;
       if (write_lse && lane % 4 == 0) p.lse[q.batch * p.lse_batch_stride + head * p.lse_head_stride + q.token] = lse;
+      // Sparse prefill also returns the max of the scaled scores (natural log; -inf with no key).
+      if constexpr (Cfg::kPrefill)
+        if (write_lse && lane % 4 == 0)
+          p.max_logits[q.batch * p.lse_batch_stride + head * p.lse_head_stride] = any ? row_max[h] * kLn2 : -INFINITY;
     }
     CUTE_UNROLL
     for (int i = 2 * h; i < size(tOrO); i += 4) {
@@ -422,7 +481,7 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
   int q_loaded = -1;  // the request whose Q was issued last
   for (int r = meta.begin_req; r <= meta.end_req; ++r) {
     const Request q = request_of(p, meta, r);
-    const bool split = p.req_num_splits[r] > 1;
+    const bool split = !Cfg::kPrefill && p.req_num_splits[r] > 1;
     const int slot = split ? p.req_split_base[r] + (r == meta.begin_req ? meta.begin_split_idx : 0) : 0;
     float row_m[2] = {-INFINITY, -INFINITY};
     float row_l[2] = {0.f, 0.f};  // this thread's columns' share until the piece's last tile
@@ -439,6 +498,8 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
         Tensor sK = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutK{});
         Tensor tSrK = thr_s.partition_fragment_B(sK);
         dev::mbar_wait(&smem.k_full[stage], phase);
+        // cp.async fills the stage through the generic proxy; wgmma reads it through the async one.
+        if constexpr (Cfg::Format::kBf16) dev::fence_proxy_async_smem();
         warpgroup_fence_operand(tSrS);
         warpgroup_arrive();
         mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -538,7 +599,7 @@ __device__ void helper_loop(typename Cfg::SharedStorage& smem, const KernelParam
   int g = 0;
   for (int r = meta.begin_req; r <= meta.end_req; ++r) {
     const Request q = request_of(p, meta, r);
-    const bool split = p.req_num_splits[r] > 1;
+    const bool split = !Cfg::kPrefill && p.req_num_splits[r] > 1;
     const int slot = split ? p.req_split_base[r] + (r == meta.begin_req ? meta.begin_split_idx : 0) : 0;
     float row_m[2] = {-INFINITY, -INFINITY};
     float row_l[2] = {0.f, 0.f};
@@ -548,6 +609,7 @@ __device__ void helper_loop(typename Cfg::SharedStorage& smem, const KernelParam
         const int stage = g % Cfg::kStages;
         const bool last = u + 1 == q.u1;
         dev::named_barrier_sync(kBarrierPReady, Cfg::kConsumerThreads);
+        if constexpr (Cfg::Format::kBf16) dev::fence_proxy_async_smem();  // as the scorer: V came by cp.async
         float scale[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -574,7 +636,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ char smem_raw[];
   const uint32_t misalign = dev::smem_addr(smem_raw) & 1023u;
   auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw + ((1024u - misalign) & 1023u));
-  const int part = blockIdx.z, m = blockIdx.x;
+  // Decode: blockIdx.x is the head tile, z the plan's part. Prefill: x = token * head tiles + tile.
+  const int part = Cfg::kPrefill ? static_cast<int>(blockIdx.x) / p.num_m_blocks : static_cast<int>(blockIdx.z);
+  const int m = Cfg::kPrefill ? static_cast<int>(blockIdx.x) % p.num_m_blocks : static_cast<int>(blockIdx.x);
   const int warpgroup = threadIdx.x / 128;
 
   dev::pdl_launch_dependents();
@@ -599,12 +663,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
   __syncthreads();
 
-  const detail::PartMetadata meta = p.parts[part];
+  detail::PartMetadata meta;
+  if constexpr (Cfg::kPrefill) {
+    // One request (query token) per CTA, all of its tiles, never split.
+    meta.begin_req = meta.end_req = part;
+    meta.begin_unit = 0;
+    meta.begin_seqlen = p.work.main_keys(part);
+    meta.begin_extra_keys = 0;
+    meta.begin_split_idx = 0;
+    const int tiles = detail::blocks_of(meta.begin_seqlen);
+    meta.end_unit = tiles > 0 ? tiles : 1;
+  } else {
+    meta = p.parts[part];
+  }
   if (meta.begin_req >= p.requests) return;
 
   if (warpgroup == 0) {
     dev::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    producer_loop<Cfg>(smem, p, meta);
+    if constexpr (Cfg::Format::kBf16)
+      copy_producer_loop<Cfg>(smem, p, meta);
+    else
+      producer_loop<Cfg>(smem, p, meta);
   } else if (warpgroup == 1) {
     dev::warpgroup_reg_alloc<Cfg::kScorerRegs>();
     scorer_loop<Cfg>(smem, p, &q_map, meta, m);
@@ -620,6 +699,15 @@ void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int num
   auto kernel = sparse_decode_kernel<Cfg>;
   detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
   dim3 grid(num_m_blocks, 1, num_sm_parts);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, params);
+}
+
+template <int kHeadDim>
+void launch_prefill_kernel(const CUtensorMap& q_map, const KernelParams& params, cudaStream_t stream) {
+  using Cfg = PrefillConfig<kHeadDim>;
+  auto kernel = sparse_decode_kernel<Cfg>;
+  detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
+  const dim3 grid(static_cast<unsigned>(params.requests) * static_cast<unsigned>(params.num_m_blocks));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, params);
 }
 

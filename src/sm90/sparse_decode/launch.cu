@@ -26,29 +26,31 @@ SparseCacheView view_of(const SparseKVCache& c) {
 
 }  // namespace
 
+CUtensorMap q_map_and_fields(const void* q, int d_qk, int h_q, int s_q, int batch, int64_t head_stride,
+                             int64_t token_stride, int64_t batch_stride, float softmax_scale, KernelParams& kp) {
+  const int box_rows = h_q < kBlockM ? h_q : kBlockM;
+  // Q as [batch][s_q][h_q][d_qk]: one box is 64 columns of one tile of heads of one query token.
+  const uint64_t q_dims[4] = {static_cast<uint64_t>(d_qk), static_cast<uint64_t>(h_q), static_cast<uint64_t>(s_q),
+                              static_cast<uint64_t>(batch)};
+  const uint64_t q_strides[3] = {static_cast<uint64_t>(head_stride) * 2, static_cast<uint64_t>(token_stride) * 2,
+                                 static_cast<uint64_t>(batch_stride) * 2};
+  const uint32_t q_box[4] = {64, static_cast<uint32_t>(box_rows), 1, 1};
+  kp.h_q = h_q;
+  const float scale = softmax_scale > 0.f ? softmax_scale : 1.f / std::sqrt(static_cast<float>(d_qk));
+  kp.scale_log2 = scale * 1.4426950408889634f;
+  kp.q_box_rows = box_rows;
+  kp.q_tile_bytes = static_cast<uint32_t>((d_qk / 64) * 64 * box_rows * 2);
+  return detail::make_tensor_map_16bit_sw128(q, 4, q_dims, q_strides, q_box, "q");
+}
+
 void launch(const SparseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
   const bool has_extra = params.extra_cache.data != nullptr;
-  const int d_qk = params.d_qk;
-  const int box_rows = params.h_q < kBlockM ? params.h_q : kBlockM;
-  const int chunks = d_qk / 64;
-
-  // Q as [batch][s_q][h_q][d_qk]: one box is 64 columns of one tile of heads of one query token.
-  const uint64_t q_dims[4] = {static_cast<uint64_t>(d_qk), static_cast<uint64_t>(params.h_q),
-                              static_cast<uint64_t>(params.s_q), static_cast<uint64_t>(params.batch)};
-  const uint64_t q_strides[3] = {static_cast<uint64_t>(params.q_head_stride) * 2,
-                                 static_cast<uint64_t>(params.q_token_stride) * 2,
-                                 static_cast<uint64_t>(params.q_batch_stride) * 2};
-  const uint32_t q_box[4] = {64, static_cast<uint32_t>(box_rows), 1, 1};
-  const CUtensorMap q_map = detail::make_tensor_map_16bit_sw128(params.q, 4, q_dims, q_strides, q_box, "q");
-
   KernelParams kp{};
   kp.requests = params.batch * params.s_q;
   kp.s_q = params.s_q;
-  kp.h_q = params.h_q;
-  const float scale = params.softmax_scale > 0.f ? params.softmax_scale : 1.f / std::sqrt(static_cast<float>(d_qk));
-  kp.scale_log2 = scale * 1.4426950408889634f;
-  kp.q_box_rows = box_rows;
-  kp.q_tile_bytes = static_cast<uint32_t>(chunks * 64 * box_rows * 2);
+  const CUtensorMap q_map =
+      q_map_and_fields(params.q, params.d_qk, params.h_q, params.s_q, params.batch, params.q_head_stride,
+                       params.q_token_stride, params.q_batch_stride, params.softmax_scale, kp);
   kp.work.tokens_per_batch = params.s_q;
   kp.work.topk = params.topk;
   kp.work.topk_length = params.topk_length;

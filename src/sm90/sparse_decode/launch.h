@@ -46,11 +46,25 @@ struct KernelParams {
   int64_t out_batch_stride, out_token_stride, out_head_stride;
   float* lse;
   int64_t lse_batch_stride, lse_head_stride;
+  // Sparse prefill only (PrefillConfig): [requests][h_q] at the lse's strides, and the head tiles
+  // per query token (the grid's x is token * num_m_blocks + tile).
+  float* max_logits;
+  int num_m_blocks;
 };
 
 template <SparseCacheLayout kLayout>
 void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int num_m_blocks, int num_sm_parts,
                    cudaStream_t stream);
+
+// The Q tensor map of q [batch][s_q][h_q][d_qk] bf16 (one box: 64 columns of one head tile of one
+// token), and the Q fields of kp (h_q, scale, box rows, tile bytes).
+CUtensorMap q_map_and_fields(const void* q, int d_qk, int h_q, int s_q, int batch, int64_t head_stride,
+                             int64_t token_stride, int64_t batch_stride, float softmax_scale, KernelParams& kp);
+
+// Sparse prefill: this kernel in prefill mode over bf16 rows (d_qk 576 or 512), one CTA per (query
+// token, head tile); src/sm90/sparse_prefill/ builds the parameters.
+template <int kHeadDim>
+void launch_prefill_kernel(const CUtensorMap& q_map, const KernelParams& params, cudaStream_t stream);
 
 // Validated params and a matching schedule in; the attention and, for split requests, the combine.
 void launch(const SparseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream);
