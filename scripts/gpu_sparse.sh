@@ -92,7 +92,7 @@ if has compare; then
   bash .deps/compare/build_flashmla.sh /tmp/fm > "$OUT/flashmla_build.log" 2>&1 || { tail -n 20 "$OUT/flashmla_build.log"; status=1; }
   PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA timeout "${HMLA_COMPARE_TIMEOUT:-400}" python3 .deps/compare/compare.py \
     --out "$OUT/compare" --only "$only" > "$OUT/compare_stdout.log" 2>&1 || status=1
-  grep -E "^sparse_decode|^dense_decode|SUMMARY|Error|Traceback" "$OUT/compare_stdout.log" | tail -n 70
+  grep -E "^sparse_decode|^sparse_prefill|^dense_decode|SUMMARY|Error|Traceback" "$OUT/compare_stdout.log" | tail -n 70
 fi
 if has python; then
   echo "== python gpu tests (sparse)"
