@@ -91,6 +91,16 @@ const AnchorRow* Anchors::find_sparse(const SparseCase& c) const {
   return nullptr;
 }
 
+const AnchorRow* Anchors::find_sparse_prefill(const SparsePrefillCase& c) const {
+  if (!c.sink || c.topk_length == TopkLength::kRandom) return nullptr;
+  for (const AnchorRow& r : rows) {
+    if (r.kind == "sparse_prefill" && r.d_qk == c.d_qk && r.s_q == c.s_q && r.h_q == c.h_q && r.s_k == c.s_kv &&
+        r.topk == c.topk && r.extra_topk == 0 && r.attn_sink)
+      return &r;
+  }
+  return nullptr;
+}
+
 Anchors load_anchors(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("cannot open anchor file '" + path + "'");

@@ -28,6 +28,9 @@ struct Anchors {
   // The sparse_decode row of this case's layout and shape. FlashMLA's anchors passed attn_sink and
   // no topk_length, so a row without the sink or with random lengths has none.
   const AnchorRow* find_sparse(const SparseCase& c) const;
+  // The sparse_prefill row of this shape (the anchor file's s_k is s_kv); as for sparse decode, none
+  // without the sink or with random lengths.
+  const AnchorRow* find_sparse_prefill(const SparsePrefillCase& c) const;
 };
 
 // Parses the anchor file; throws std::runtime_error with the reason on a missing or bad file.

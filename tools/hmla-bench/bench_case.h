@@ -1,6 +1,7 @@
-// hmla-bench: what one benchmark family (dense decode, sparse decode) implements for a row of the
-// table, and what every family shares: the timed loop over rotated input sets, the metrics, and the
-// --check bookkeeping (which requests are checked, how outputs compare, when a row passes).
+// hmla-bench: what one benchmark family (dense decode, sparse decode, sparse prefill, merge)
+// implements for a row of the table, and what every family shares: the timed loop over rotated input
+// sets, the metrics, the random index lists, and the --check bookkeeping (which requests are
+// checked, how outputs compare, when a row passes).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,6 +13,7 @@
 
 #include "anchors.h"
 #include "bench_json.h"
+#include "cases.h"
 #include "common.h"
 #include "hmla/types.h"
 #include "timing.h"
@@ -21,6 +23,8 @@ namespace hmla_bench {
 // Pass thresholds of --check (stated in the output and the JSON).
 constexpr double kCheckOutRelL2 = 1e-2;  // ||out - ref||_2 / ||ref||_2 over the checked requests
 constexpr double kCheckLseAbs = 1e-3;    // max |lse - ref_lse| (natural log)
+// Sparse prefill's out against its bf16 kv: no FP8 quantisation error to allow for, so a tighter bound.
+constexpr double kCheckSparsePrefillOutRelL2 = 4e-3;
 
 struct RowOptions {
   int warmup = 5;
@@ -37,8 +41,10 @@ struct RowOptions {
 
 struct CheckOutcome {
   bool checked = false;
-  std::vector<int> request_ids;  // batch entries compared with the reference
+  std::vector<int> request_ids;  // batch entries (prefill: query tokens) compared with the reference
   double out_rel_l2 = 0, out_max_abs = 0, lse_max_abs = 0;
+  double lse_rel_l2 = 0;  // ||lse - ref||_2 / ||ref||_2 over the finite reference values
+  double out_rel_l2_limit = kCheckOutRelL2;  // the row's family's bound (BenchCase::check_out_rel_l2_limit)
   unsigned long long nonfinite_out = 0;  // over the whole batch's out after the poisoned run
   unsigned long long bad_lse = 0;        // NaN anywhere, or inf where the query has keys (or vice versa)
   bool pass = true;
@@ -82,6 +88,7 @@ class BenchCase {
   // Runs set 0 once more into NaN-poisoned outputs and fills everything in `out` but checked,
   // pass, note and seconds (judge_check and the driver set those).
   virtual void check(const RowOptions& opt, cudaStream_t stream, CheckOutcome& out) = 0;
+  virtual double check_out_rel_l2_limit() const { return kCheckOutRelL2; }
   virtual void release() = 0;
 
   // The table: the family's columns left of time_us, and its columns after the ceiling fractions
@@ -100,25 +107,47 @@ class BenchCase {
 
 TimingConfig timing_config(const RowOptions& opt);
 
+// How many input sets to rotate: enough that a pass over them touches opt.rotate_min_bytes (one
+// call touches `touched` bytes), bounded by opt.max_input_sets and by opt.max_rotation_bytes of
+// allocations (`alloc_per_set` each: a workspace or an index list can dwarf what a call reads).
+int rotation_sets(const RowOptions& opt, double touched, double alloc_per_set);
+
 // setup, the timed calls, time_extras, and the check when opt.check; metrics from the median.
 RowResult run_row(BenchCase& row, const RowOptions& opt, cudaStream_t stream);
-
-// ---- pieces of --check shared by the families
-
-// Batch entries to check: `requested` (or, when <= 0, up to 8) spread evenly over [0, batch), first
-// and last included; in the automatic case fewer while the float64 reference's multiply-adds
-// (reference_macs of each entry, summed) would take more than seconds.
-std::vector<int> pick_check_requests(int batch, int requested, const std::function<double(int)>& reference_macs);
 
 // fn(0) .. fn(n - 1) on every core; the first exception is rethrown after all have finished.
 void parallel_for(int n, const std::function<void(int)>& fn);
 
+// ---- inputs shared by the sparse families
+
+// The topk_length array of `entries` lists (requests or query tokens) for `mode`; all topk for
+// kNone (then the array is not passed, but the metrics still count each list in full).
+std::vector<int32_t> topk_lengths(TopkLength mode, int entries, int topk, uint64_t seed);
+
+// [lists, topk]: each list topk distinct positions of [0, n) in random order (a partial Fisher-Yates
+// shuffle per list, from counter_hash(seed, list), so the result does not depend on the thread
+// count), each stored as map(list, position) when map is given.
+std::vector<int32_t> random_distinct_lists(int lists, int n, int topk, uint64_t seed,
+                                           const std::function<int32_t(int, int32_t)>& map = nullptr);
+
+// attn_sink: one randn float per head.
+std::vector<float> random_sink(int h_q, uint64_t seed);
+
+// ---- pieces of --check shared by the families
+
+// Batch entries to check: `requested` (or, when <= 0, up to `automatic`) spread evenly over
+// [0, batch), first and last included; in the automatic case fewer while the float64 reference's
+// multiply-adds (reference_macs of each entry, summed) would take more than seconds.
+std::vector<int> pick_check_requests(int batch, int requested, const std::function<double(int)>& reference_macs,
+                                     int automatic = 8);
+
 // Fills out_* from `count` device outputs (bf16/fp16 bits, copied back) against the reference's
-// unrounded floats, and lse_max_abs from `lse_count` values (a matching pair of infinities is exact).
+// unrounded floats, and lse_max_abs and lse_rel_l2 from `lse_count` values (a matching pair of
+// infinities is exact).
 void compare_outputs(const uint16_t* out_got, hmla::DType dtype, const float* out_want, size_t count,
                      const float* lse_got, const float* lse_want, size_t lse_count, CheckOutcome& out);
 
-// Sets pass and note from the figures and the thresholds.
+// Sets pass and note from the figures and the thresholds (out against out_rel_l2_limit).
 void judge_check(CheckOutcome& out);
 
 // Fills out (bf16/fp16) and lse (float32) with NaN bytes.

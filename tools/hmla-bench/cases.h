@@ -1,4 +1,5 @@
-// hmla-bench: the cases of each family (dense decode, sparse decode, merge) and the named sweeps.
+// hmla-bench: the cases of each family (dense decode, sparse decode, sparse prefill, merge) and the
+// named sweeps.
 #pragma once
 
 #include <string>
@@ -81,10 +82,11 @@ inline std::vector<DenseCase> dense_quick_sweep() {
 }
 
 // Token-sparse decode over an FP8 paged cache (a main cache, optionally an extra one).
+// The topk_length array, one entry per request (decode) or per query token (prefill).
 enum class TopkLength {
   kNone,    // no topk_length array: every list counts in full
-  kFull,    // an array holding topk (extra_topk) for every request
-  kRandom,  // per request uniform in [1, topk] (and [1, extra_topk]), the same in every input set
+  kFull,    // an array holding topk (extra_topk) for every entry
+  kRandom,  // per entry uniform in [1, topk] (and [1, extra_topk]), the same in every input set
 };
 
 inline const char* topk_length_name(TopkLength t) {
@@ -156,6 +158,38 @@ inline std::vector<SparseCase> sparse_quick_sweep() {
   return {all[0], all[4]};
 }
 
+// Token-sparse prefill (hmla::sparse_prefill_run): every query token attends, with all h_q heads, to
+// topk rows of one bf16 kv tensor [s_kv, d_qk].
+struct SparsePrefillCase {
+  int s_q = 4096;
+  int h_q = 64;
+  int d_qk = 576;  // 576 (V3.2) or 512 (MODEL1)
+  int s_kv = 8192;
+  int topk = 2048;
+  TopkLength topk_length = TopkLength::kNone;  // per query token, not per request
+  bool sink = true;
+};
+
+// The 8 sparse prefill rows of ../shared/anchors/compare/compare.py, in its order (all anchored).
+inline std::vector<SparsePrefillCase> sparse_prefill_default_sweep() {
+  std::vector<SparsePrefillCase> rows;
+  for (int h_q : {64, 128})
+    for (int d_qk : {576, 512})
+      for (int s_kv : {8192, 65536}) {
+        SparsePrefillCase c;
+        c.s_q = 4096;
+        c.h_q = h_q;
+        c.d_qk = d_qk;
+        c.s_kv = s_kv;
+        c.topk = 2048;
+        rows.push_back(c);
+      }
+  return rows;
+}
+
+// compare.py --quick's one prefill row.
+inline std::vector<SparsePrefillCase> sparse_prefill_quick_sweep() { return {sparse_prefill_default_sweep()[0]}; }
+
 // n partial attention results of one shape, merged by hmla::merge_attention_states.
 struct MergeCase {
   hmla::DType dtype = hmla::DType::kBF16;
@@ -174,17 +208,20 @@ inline std::string describe(const MergeCase& c) {
 struct Sweep {
   std::vector<DenseCase> dense;
   std::vector<SparseCase> sparse;
+  std::vector<SparsePrefillCase> prefill;
 };
 
 inline bool sweep_by_name(const std::string& name, Sweep& out) {
   if (name == "default") {
     out.dense = dense_default_sweep();
     out.sparse = sparse_default_sweep();
+    out.prefill = sparse_prefill_default_sweep();
     return true;
   }
   if (name == "quick") {
     out.dense = dense_quick_sweep();
     out.sparse = sparse_quick_sweep();
+    out.prefill = sparse_prefill_quick_sweep();
     return true;
   }
   return false;
@@ -208,6 +245,14 @@ inline std::string describe(const SparseCase& c) {
   if (c.extra_topk)
     s += " extra(s_k=" + std::to_string(c.extra_s_k) + " page=" + std::to_string(c.extra_page) +
          " topk=" + std::to_string(c.extra_topk) + ")";
+  if (c.topk_length != TopkLength::kNone) s += std::string(" topk_length=") + topk_length_name(c.topk_length);
+  if (!c.sink) s += " no-sink";
+  return s;
+}
+
+inline std::string describe(const SparsePrefillCase& c) {
+  std::string s = "s_q=" + std::to_string(c.s_q) + " h_q=" + std::to_string(c.h_q) + " d_qk=" + std::to_string(c.d_qk) +
+                  " s_kv=" + std::to_string(c.s_kv) + " topk=" + std::to_string(c.topk);
   if (c.topk_length != TopkLength::kNone) s += std::string(" topk_length=") + topk_length_name(c.topk_length);
   if (!c.sink) s += " no-sink";
   return s;

@@ -29,8 +29,10 @@ const char* kSynopsis =
     "  hmla-bench sparse-decode --layout v32|model1 --b N --s-q N --h-q N --topk N [--s-k N] [--page N]\n"
     "                          [--extra-topk N [--extra-page N] [--extra-s-k N]]\n"
     "                          [--topk-length random|full] [--no-sink] [common options]\n"
-    "  hmla-bench --sweep default|quick [--only dense|sparse_decode] [--dtype bf16|fp16] [--varlen]\n"
-    "                          [common options]\n"
+    "  hmla-bench sparse-prefill --s-q N --h-q N --d-qk 576|512 --s-kv N --topk N\n"
+    "                          [--topk-length random|full] [--no-sink] [common options]\n"
+    "  hmla-bench --sweep default|quick [--only dense|sparse_decode|sparse_prefill] [--dtype bf16|fp16]\n"
+    "                          [--varlen] [common options]\n"
     "  hmla-bench merge --b N --h-q N [--s-q N] [--d-v N] [--states N] [--dtype bf16|fp16]\n"
     "                          [common options]\n"
     "  hmla-bench ceilings [common options]\n"
@@ -47,6 +49,14 @@ const char* kDetails =
     "  with --topk-length); bytes = 2*b*s_q*h_q*d_qk + unique_tokens_read*(656 if d_qk == 576 else 576)\n"
     "  + 2*b*s_q*h_q*512 (FlashMLA's formulas).\n"
     "\n"
+    "sparse-prefill (bf16 q [s_q, h_q, d_qk] and kv [s_kv, d_qk], d_v 512; set up as compare.py does):\n"
+    "  each query token's --topk indices are distinct random rows of kv; q and kv are bf16 randn * 0.1,\n"
+    "  softmax_scale = d_qk^-0.5, attn_sink one randn per head. The timed call is\n"
+    "  hmla::sparse_prefill_run (nothing to plan). --topk-length passes one length per query token.\n"
+    "  --check compares 64 query tokens spread over s_q (--check-requests N: N tokens), out rel-L2 <= 4e-3.\n"
+    "  flop = 2*h_q*attended*(d_qk+512), attended = s_q*topk (the counted entries with --topk-length);\n"
+    "  bytes = attended*d_qk*2 + s_q*h_q*(d_qk+512)*2 (FlashMLA's formulas).\n"
+    "\n"
     "merge (hmla::merge_attention_states, a memory-bound stream: compare GB/s with %read):\n"
     "  each state is out [b, s_q, h_q, d_v] and lse [b, h_q, s_q] in the decode layouts;\n"
     "  bytes = (states + 1) * b*s_q*h_q*(2*d_v + 4) (every state read once, the result written once);\n"
@@ -54,9 +64,11 @@ const char* kDetails =
     "\n"
     "The default sweep is the 45 dense rows of ../shared/anchors/flashmla-h200.md (bf16, page 64,\n"
     "h_kv 1, fixed lengths), then the 14 sparse decode rows of ../shared/anchors/compare/compare.py (10\n"
-    "with a FlashMLA anchor, 4 of 16 or 32 heads without); quick is 5 dense rows, one V3.2 and one\n"
-    "MODEL1 row; --only keeps one family. --dtype and --varlen apply to the dense rows. --varlen draws\n"
-    "each length uniformly in [s_k/2, s_k + s_k/2] (>= 1); the metrics use the mean.\n"
+    "with a FlashMLA anchor, 4 of 16 or 32 heads without), then its 8 sparse prefill rows (s_q 4096,\n"
+    "topk 2048, h_q 64/128, d_qk 576/512, s_kv 8192/65536); quick is 5 dense rows, one V3.2 and one\n"
+    "MODEL1 decode row and one prefill row; --only keeps one family. --dtype and --varlen apply to the\n"
+    "dense rows. --varlen draws each length uniformly in [s_k/2, s_k + s_k/2] (>= 1); the metrics use\n"
+    "the mean.\n"
     "ratio = anchor time / hmla time (> 1: hmla is faster).\n"
     "Exit status: 0 ok, 1 CUDA/runtime error or no Hopper GPU, 2 bad arguments, 3 a --check failed.\n";
 
@@ -67,7 +79,7 @@ struct UsageError {
 
 // The shape flags as given: each family fills what is absent with its own defaults.
 struct ShapeFlags {
-  std::optional<int> b, s_q, h_q, h_kv, s_k, page, topk, extra_topk, extra_page, extra_s_k, d_v, states;
+  std::optional<int> b, s_q, h_q, h_kv, s_k, page, topk, extra_topk, extra_page, extra_s_k, d_v, states, d_qk, s_kv;
   std::optional<hmla::SparseCacheLayout> layout;
   std::optional<TopkLength> topk_length;
   bool causal = false, no_sink = false;
@@ -154,19 +166,20 @@ void build_parser(CLI::App& app, Cli& cli, ShapeFlags& f) {
   // The family commands only name the row's family; every flag lives on the top level, so a flag
   // after the command falls through to it and --help shows them all.
   app.fallthrough();
-  for (const char* name : {"dense-decode", "sparse-decode", "merge", "ceilings"}) {
+  for (const char* name : {"dense-decode", "sparse-decode", "sparse-prefill", "merge", "ceilings"}) {
     CLI::App* sub = app.add_subcommand(name);
     sub->set_help_flag();
     sub->callback([&cli, name]() { cli.command = name; });
   }
   app.get_subcommand("dense-decode")->description("one dense decode row (BF16/FP16 paged cache)");
   app.get_subcommand("sparse-decode")->description("one token-sparse decode row (FP8 paged cache)");
+  app.get_subcommand("sparse-prefill")->description("one token-sparse prefill row (bf16 kv)");
   app.get_subcommand("merge")->description("one hmla::merge_attention_states row");
   app.get_subcommand("ceilings")->description("only the card's read, copy and matmul ceilings");
 
-  const std::string shape = "Shape (dense-decode, sparse-decode, merge)";
+  const std::string shape = "Shape (dense-decode, sparse-decode, sparse-prefill, merge)";
   add_count(app, "--b", f.b, "batch entries")->group(shape);
-  add_count(app, "--s-q", f.s_q, "query tokens per request (default 1)")->group(shape);
+  add_count(app, "--s-q", f.s_q, "query tokens per request (default 1; sparse-prefill: query tokens)")->group(shape);
   add_count(app, "--h-q", f.h_q, "query heads")->group(shape);
   add_count(app, "--s-k", f.s_k,
             "keys per request (dense), positions the sparse indices are drawn from (sparse, default 32768, "
@@ -184,15 +197,22 @@ void build_parser(CLI::App& app, Cli& cli, ShapeFlags& f) {
   add_choice(app, "--layout", f.layout,
              {{"v32", hmla::SparseCacheLayout::kV32}, {"model1", hmla::SparseCacheLayout::kModel1}},
              "DeepSeek-V3.2 (d_qk 576, 656 B/token) or V4 MODEL1 (d_qk 512, 584 B/token)")->group(sparse);
-  add_count(app, "--topk", f.topk, "indices per query token into the main cache")->group(sparse);
   add_count(app, "--extra-topk", f.extra_topk,
             "an extra cache of the same layout and N indices per query token into it")->group(sparse);
   add_count(app, "--extra-page", f.extra_page, "tokens per page of the extra cache (default 64)")->group(sparse);
   add_count(app, "--extra-s-k", f.extra_s_k, "positions of the extra cache (default --s-k)")->group(sparse);
+
+  const std::string prefill = "sparse-prefill";
+  add_choice(app, "--d-qk", f.d_qk, {{"576", 576}, {"512", 512}},
+             "q and kv columns: 576 (V3.2) or 512 (MODEL1); d_v is 512")->group(prefill);
+  add_count(app, "--s-kv", f.s_kv, "rows of kv the indices name (>= topk)")->group(prefill);
+
+  const std::string both_sparse = "sparse-decode and sparse-prefill";
+  add_count(app, "--topk", f.topk, "indices per query token (sparse-decode: into the main cache)")->group(both_sparse);
   add_choice(app, "--topk-length", f.topk_length, {{"random", TopkLength::kRandom}, {"full", TopkLength::kFull}},
-             "pass topk_length (and extra_topk_length): 'full' = topk for every request, 'random' = "
-             "uniform in [1, topk] per request (default: not passed)")->group(sparse);
-  app.add_flag("--no-sink", f.no_sink, "no attn_sink (default: one random float per head)")->group(sparse);
+             "pass topk_length (and extra_topk_length): 'full' = topk for every request (prefill: query token), "
+             "'random' = uniform in [1, topk] per request (query token) (default: not passed)")->group(both_sparse);
+  app.add_flag("--no-sink", f.no_sink, "no attn_sink (default: one random float per head)")->group(both_sparse);
 
   const std::string merge = "merge";
   add_count(app, "--d-v", f.d_v, "value columns (default 512, a multiple of 8)")->group(merge);
@@ -202,13 +222,15 @@ void build_parser(CLI::App& app, Cli& cli, ShapeFlags& f) {
   app.add_option("--sweep", cli.sweep, "the named rows: default or quick")
       ->check(CLI::IsMember({"default", "quick"}))->option_text("default|quick")->group(sweep);
   app.add_option("--only", cli.only, "keep one family of the sweep")
-      ->check(CLI::IsMember({"dense", "sparse_decode"}))->option_text("dense|sparse_decode")->group(sweep);
+      ->check(CLI::IsMember({"dense", "sparse_decode", "sparse_prefill"}))
+      ->option_text("dense|sparse_decode|sparse_prefill")->group(sweep);
 
   const std::string common = "Common options";
   app.add_flag("--check", cli.check,
                "after timing, run once more into NaN-poisoned outputs and compare with the CPU reference "
-               "(up to 8 requests of the batch)")->group(common);
-  app.add_option("--check-requests", cli.check_requests, "requests --check compares (default: automatic)")
+               "(up to 8 requests of the batch; sparse-prefill: 64 query tokens)")->group(common);
+  app.add_option("--check-requests", cli.check_requests,
+                 "requests (sparse-prefill: query tokens) --check compares (default: automatic)")
       ->transform(integer_in(1, kMaxInt))->option_text("N")->group(common);
   app.add_option("--json", cli.json_path, "write every row (and the ceilings, device, settings) as JSON")
       ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("needs a file name") : ""; },
@@ -248,26 +270,32 @@ void resolve(Cli& cli, const ShapeFlags& f) {
   const bool dense_data = cli.dtype || cli.varlen;
   const bool sparse_shape =
       f.layout || f.topk || f.extra_topk || f.extra_page || f.extra_s_k || f.topk_length || f.no_sink;
+  const bool prefill_shape = f.d_qk || f.s_kv;
   const bool merge_shape = f.d_v || f.states;
   if (merge_shape && cli.command != "merge") throw UsageError{"--d-v and --states belong to merge"};
+  if (prefill_shape && cli.command != "sparse-prefill") throw UsageError{"--d-qk and --s-kv belong to sparse-prefill"};
   if (!cli.sweep.empty()) {
     // a family command with --sweep keeps that family's rows, as --only does
     if (cli.command == "ceilings") throw UsageError{"--sweep runs benchmark rows, not 'ceilings'"};
     if (cli.command == "merge") throw UsageError{"the sweeps have no merge rows: run 'merge' with a shape"};
     if (!cli.command.empty()) {
-      const std::string family = cli.command == "dense-decode" ? "dense" : "sparse_decode";
+      const std::string family = cli.command == "dense-decode"    ? "dense"
+                                 : cli.command == "sparse-decode" ? "sparse_decode"
+                                                                  : "sparse_prefill";
       if (!cli.only.empty() && cli.only != family)
         throw UsageError{"'" + cli.command + "' with --only " + cli.only + " selects nothing"};
       cli.only = family;
     }
-    if (shared_shape || dense_shape || sparse_shape)
+    if (shared_shape || dense_shape || sparse_shape || prefill_shape)
       throw UsageError{"--sweep fixes the shapes; only --only, --dtype, --varlen and the common options go with it"};
   } else if (cli.command.empty()) {
-    throw UsageError{"no command (dense-decode, sparse-decode, merge, ceilings) and no --sweep"};
+    throw UsageError{"no command (dense-decode, sparse-decode, sparse-prefill, merge, ceilings) and no --sweep"};
   } else if (!cli.only.empty()) {
     throw UsageError{"--only selects the family of a --sweep"};
   } else if (cli.command == "dense-decode") {
-    if (sparse_shape) throw UsageError{"--layout/--topk/--extra-*/--topk-length/--no-sink belong to sparse-decode"};
+    if (sparse_shape)
+      throw UsageError{"--layout/--extra-* belong to sparse-decode, --topk/--topk-length/--no-sink to sparse-decode "
+                       "and sparse-prefill"};
     if (!f.b || !f.h_q || !f.s_k) throw UsageError{"dense-decode needs --b, --h-q and --s-k"};
     DenseCase& c = cli.dense;
     c.b = *f.b;
@@ -304,6 +332,23 @@ void resolve(Cli& cli, const ShapeFlags& f) {
     if (c.extra_topk > c.extra_s_k)
       throw UsageError{"--extra-topk " + std::to_string(c.extra_topk) + " exceeds --extra-s-k " +
                        std::to_string(c.extra_s_k) + ": a list holds distinct positions of [0, extra_s_k)"};
+  } else if (cli.command == "sparse-prefill") {
+    if (f.b || f.s_k || f.page || dense_shape || dense_data || f.layout || f.extra_topk || f.extra_page || f.extra_s_k)
+      throw UsageError{"sparse-prefill takes --s-q, --h-q, --d-qk, --s-kv, --topk, --topk-length, --no-sink and the "
+                       "common options"};
+    if (!f.s_q || !f.h_q || !f.d_qk || !f.s_kv || !f.topk)
+      throw UsageError{"sparse-prefill needs --s-q, --h-q, --d-qk, --s-kv and --topk"};
+    SparsePrefillCase& c = cli.prefill;
+    c.s_q = *f.s_q;
+    c.h_q = *f.h_q;
+    c.d_qk = *f.d_qk;
+    c.s_kv = *f.s_kv;
+    c.topk = *f.topk;
+    c.topk_length = f.topk_length.value_or(TopkLength::kNone);
+    c.sink = !f.no_sink;
+    if (c.topk > c.s_kv)
+      throw UsageError{"--topk " + std::to_string(c.topk) + " exceeds --s-kv " + std::to_string(c.s_kv) +
+                       ": a list holds distinct rows of kv"};
   } else if (cli.command == "merge") {
     if (dense_shape || cli.varlen || sparse_shape || f.s_k || f.page)
       throw UsageError{"merge takes --b, --h-q, --s-q, --d-v, --states, --dtype and the common options"};

@@ -11,15 +11,16 @@
 namespace hmla_bench {
 
 struct Cli {
-  std::string command;  // "dense-decode", "sparse-decode", "merge", "ceilings", or "" with --sweep
+  std::string command;  // "dense-decode", "sparse-decode", "sparse-prefill", "merge", "ceilings", or "" with --sweep
   std::string sweep;    // "", "default" or "quick"
-  std::string only;     // with --sweep: "", "dense" or "sparse_decode"
+  std::string only;     // with --sweep: "", "dense", "sparse_decode" or "sparse_prefill"
   // With --sweep, --dtype and --varlen override the dense rows'; a single row's case holds them too.
   std::optional<hmla::DType> dtype;
   bool varlen = false;
   // The row of a family command, its defaults filled in.
   DenseCase dense;
   SparseCase sparse;
+  SparsePrefillCase prefill;
   MergeCase merge;
   bool check = false;
   int check_requests = 0;  // 0: automatic

@@ -99,10 +99,7 @@ void DenseBench::setup(const RowOptions& opt, cudaStream_t stream) {
                round_up(out_elems * kElem, kSlabAlign) + round_up(lse_elems * 4, kSlabAlign) +
                round_up(table_ints * 4, kSlabAlign) + round_up((size_t)c.b * 4, kSlabAlign) +
                round_up(std::max<size_t>(ws_bytes, 1), kSlabAlign));
-  int sets = (int)std::ceil((double)opt.rotate_min_bytes / std::max(touched, 1.0));
-  // the workspace (split partials) of tiny shapes can dwarf their inputs: bound the rotation's memory
-  sets = std::min(sets, (int)std::max(1.0, std::floor((double)opt.max_rotation_bytes / alloc_per_set)));
-  sets = std::max(1, std::min(sets, opt.max_input_sets));
+  const int sets = rotation_sets(opt, touched, alloc_per_set);
   sets_ = sets;
   require_device_memory((double)sets * alloc_per_set, describe());
 

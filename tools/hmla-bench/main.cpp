@@ -22,6 +22,7 @@
 #include "merge_bench.h"
 #include "result_json.h"
 #include "sparse_bench.h"
+#include "sparse_prefill_bench.h"
 
 #ifndef HMLA_BENCH_VERSION
 #define HMLA_BENCH_VERSION "unknown"
@@ -86,8 +87,9 @@ void print_row(const RowRecord& rec, const Ceilings& ceil, bool anchors) {
     else std::printf(" | %9s %6s", "-", "-");
   }
   if (r.check.checked) {
-    std::printf(" | %s rel %s lse %s", r.check.pass ? "PASS" : "FAIL", fmt("%.2e", r.check.out_rel_l2).c_str(),
-                fmt("%.2e", r.check.lse_max_abs).c_str());
+    std::printf(" | %s rel %s lse %s lse_rel %s", r.check.pass ? "PASS" : "FAIL",
+                fmt("%.2e", r.check.out_rel_l2).c_str(), fmt("%.2e", r.check.lse_max_abs).c_str(),
+                fmt("%.2e", r.check.lse_rel_l2).c_str());
     if (!r.check.pass) std::printf(" (%s)", r.check.note.c_str());
   }
   std::printf(" | %4.0f\n", r.sm_mhz);
@@ -201,12 +203,15 @@ int run(int argc, char** argv) {
   // the rows, dense first (each is built when its turn comes: it holds device memory)
   std::vector<DenseCase> dense_cases;
   std::vector<SparseCase> sparse_cases;
+  std::vector<SparsePrefillCase> prefill_cases;
   std::vector<MergeCase> merge_cases;
   if (!cli.sweep.empty()) {
     Sweep sweep;
     sweep_by_name(cli.sweep, sweep);
-    if (cli.only != "sparse_decode") dense_cases = sweep.dense;
-    if (cli.only != "dense") sparse_cases = sweep.sparse;
+    auto keep = [&](const char* family) { return cli.only.empty() || cli.only == family; };
+    if (keep("dense")) dense_cases = sweep.dense;
+    if (keep("sparse_decode")) sparse_cases = sweep.sparse;
+    if (keep("sparse_prefill")) prefill_cases = sweep.prefill;
     for (DenseCase& c : dense_cases) {
       if (cli.dtype) c.dtype = *cli.dtype;
       if (cli.varlen) c.varlen = true;
@@ -215,15 +220,19 @@ int run(int argc, char** argv) {
     dense_cases.push_back(cli.dense);
   } else if (cli.command == "sparse-decode") {
     sparse_cases.push_back(cli.sparse);
+  } else if (cli.command == "sparse-prefill") {
+    prefill_cases.push_back(cli.prefill);
   } else if (cli.command == "merge") {
     merge_cases.push_back(cli.merge);
   }
-  const size_t planned = dense_cases.size() + sparse_cases.size() + merge_cases.size();
+  const size_t planned = dense_cases.size() + sparse_cases.size() + prefill_cases.size() + merge_cases.size();
   auto make_row = [&](size_t i) -> std::unique_ptr<BenchCase> {
     if (i < dense_cases.size()) return std::make_unique<DenseBench>(dense_cases[i]);
     i -= dense_cases.size();
     if (i < sparse_cases.size()) return std::make_unique<SparseBench>(sparse_cases[i]);
-    return std::make_unique<MergeBench>(merge_cases[i - sparse_cases.size()]);
+    i -= sparse_cases.size();
+    if (i < prefill_cases.size()) return std::make_unique<SparsePrefillBench>(prefill_cases[i]);
+    return std::make_unique<MergeBench>(merge_cases[i - prefill_cases.size()]);
   };
 
   Ceilings ceil;
@@ -259,9 +268,9 @@ int run(int argc, char** argv) {
     if (anchors.loaded() && planned > 0)
       std::printf("anchors: %s (%s); ratio = anchor time / hmla time\n", anchors.path.c_str(), anchors.system.c_str());
     if (cli.check && planned > 0)
-      std::printf("check: out rel-L2 <= %.0e (vs float64 reference, unrounded), |lse - ref| <= %.0e, no NaN/inf in "
-                  "the whole batch's out, lse +inf exactly where a query has no key\n",
-                  kCheckOutRelL2, kCheckLseAbs);
+      std::printf("check: out rel-L2 <= %.0e (sparse prefill %.0e; vs float64 reference, unrounded), |lse - ref| <= "
+                  "%.0e, no NaN/inf in the whole batch's out, lse +inf exactly where a query has no key\n",
+                  kCheckOutRelL2, kCheckSparsePrefillOutRelL2, kCheckLseAbs);
 
     // one table per family, in the order the rows ran
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -278,7 +287,7 @@ int run(int argc, char** argv) {
   int failures = 0;
   for (const RowRecord& rec : rows) failures += (rec.r.check.checked && !rec.r.check.pass) ? 1 : 0;
   if (anchors.loaded() && !rows.empty()) {
-    for (const char* kind : {"dense_decode", "sparse_decode"}) {
+    for (const char* kind : {"dense_decode", "sparse_decode", "sparse_prefill"}) {
       int with = 0;
       double log_sum = 0, worst = INFINITY;
       for (const RowRecord& rec : rows)

@@ -45,9 +45,7 @@ void MergeBench::setup(const RowOptions& opt, cudaStream_t stream) {
   const double alloc_per_set = (double)(round_up(out_elems * kElem * c.states, kSlabAlign) +
                                         round_up(rows * 4 * c.states, kSlabAlign) +
                                         round_up(out_elems * kElem, kSlabAlign) + round_up(rows * 4, kSlabAlign));
-  int sets = (int)std::ceil((double)opt.rotate_min_bytes / std::max(touched, 1.0));
-  sets = std::min(sets, (int)std::max(1.0, std::floor((double)opt.max_rotation_bytes / alloc_per_set)));
-  sets = std::max(1, std::min(sets, opt.max_input_sets));
+  const int sets = rotation_sets(opt, touched, alloc_per_set);
   sets_ = sets;
   require_device_memory((double)sets * alloc_per_set, describe());
 

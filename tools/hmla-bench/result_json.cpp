@@ -42,6 +42,7 @@ Json row_json(const RowRecord& rec, const Ceilings& ceil, const RowOptions& ro) 
     row["check_out_rel_l2"] = ck.out_rel_l2;
     row["check_out_max_abs"] = ck.out_max_abs;
     row["check_lse_max_abs"] = ck.lse_max_abs;
+    row["check_lse_rel_l2"] = ck.lse_rel_l2;
     row["check_nonfinite_out"] = ck.nonfinite_out;
     row["check_bad_lse"] = ck.bad_lse;
     row["check_requests"] = ck.request_ids;
@@ -73,7 +74,7 @@ std::string timing_text(const RowOptions& ro) {
   return std::string(
              "CUDA events around each hmla::dense_decode_run call (split + combine; plan built once before "
              "timing) or hmla::sparse_decode_run call (plan built once before timing; plan_time_us times "
-             "hmla::sparse_decode_plan alone the same way), ") +
+             "hmla::sparse_decode_plan alone the same way) or hmla::sparse_prefill_run call (nothing to plan), ") +
          std::to_string(ro.warmup) + " warm-up (repeated for at least " + std::to_string((int)ro.warmup_ms) +
          " ms), median of " + std::to_string(ro.iters) + ", input sets rotated until a pass touches " +
          std::to_string(ro.rotate_min_bytes >> 20) + " MiB" +
@@ -90,6 +91,9 @@ Json formulas_json() {
       "flop = 2*h_q*attended*(d_qk + 512), attended = b*s_q*(topk + extra_topk) (the counted entries when "
       "topk_length is passed) ; bytes = 2*b*s_q*h_q*d_qk + unique_tokens_read*(656 if d_qk == 576 else 576) + "
       "2*b*s_q*h_q*512, unique_tokens_read = distinct tokens the counted entries name, mean over the input sets";
+  j["sparse_prefill"] =
+      "flop = 2*h_q*attended*(d_qk + 512), attended = s_q*topk (the counted entries when topk_length is passed) ; "
+      "bytes = attended*d_qk*2 + s_q*h_q*(d_qk + 512)*2";
   return j;
 }
 
@@ -157,6 +161,7 @@ Json results_json(const Cli& cli, const std::string& date, const DeviceInfo& d, 
   }
   meta["check_thresholds"] = Json::object();
   meta["check_thresholds"]["out_rel_l2"] = kCheckOutRelL2;
+  meta["check_thresholds"]["out_rel_l2_sparse_prefill"] = kCheckSparsePrefillOutRelL2;
   meta["check_thresholds"]["lse_abs"] = kCheckLseAbs;
   meta["options"] = options_json(cli, ro);
 

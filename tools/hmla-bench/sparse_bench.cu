@@ -106,44 +106,14 @@ std::shared_ptr<const HostCache> host_cache(hmla::SparseCacheLayout layout, int 
   return built;
 }
 
-std::vector<int32_t> make_lengths(TopkLength mode, int b, int topk, uint64_t seed) {
-  std::vector<int32_t> lens(b, topk);
-  if (mode == TopkLength::kRandom) {
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int> dist(1, topk);
-    for (int32_t& l : lens) l = dist(rng);
-  }
-  return lens;
-}
-
-// [b, s_q, topk]: per (b, s) topk distinct positions of [0, s_k) in random order (a partial
-// Fisher-Yates shuffle, undone after each list), mapped through request b's row of block_table.
+// [b, s_q, topk]: per (b, s) topk distinct positions of [0, s_k) in random order, mapped through
+// request b's row of block_table.
 std::vector<int32_t> make_indices(int b, int s_q, int s_k, int page, int topk, const std::vector<int32_t>& block_table,
                                   int pages_per_request, uint64_t seed) {
-  std::vector<int32_t> out((size_t)b * s_q * topk);
-  const int lists = b * s_q;
-  const int lists_per_job = 16;
-  parallel_for((int)ceil_div((size_t)lists, (size_t)lists_per_job), [&](int job) {
-    std::vector<int32_t> positions(s_k);
-    std::iota(positions.begin(), positions.end(), 0);
-    std::vector<int32_t> swapped_with(topk);
-    const int first = job * lists_per_job, last = std::min(lists, first + lists_per_job);
-    for (int list = first; list < last; ++list) {
-      std::mt19937_64 rng(counter_hash(seed, (uint64_t)list));
-      const int request = list / s_q;
-      int32_t* dst = out.data() + (size_t)list * topk;
-      for (int k = 0; k < topk; ++k) {
-        std::uniform_int_distribution<int> pick(k, s_k - 1);
-        const int j = pick(rng);
-        std::swap(positions[k], positions[j]);
-        swapped_with[k] = j;
-        const int pos = positions[k];
-        dst[k] = block_table[(size_t)request * pages_per_request + pos / page] * page + pos % page;
-      }
-      for (int k = topk - 1; k >= 0; --k) std::swap(positions[k], positions[swapped_with[k]]);
-    }
+  return random_distinct_lists(b * s_q, s_k, topk, seed, [&](int list, int32_t pos) {
+    const int request = list / s_q;
+    return block_table[(size_t)request * pages_per_request + pos / page] * page + pos % page;
   });
-  return out;
 }
 
 // Distinct tokens named by the entries that count (the first lengths[b] of every list of request b).
@@ -202,7 +172,7 @@ void SparseBench::setup(const RowOptions& opt, cudaStream_t stream) {
                        " tokens does not fit int32 indices");
     sc.num_blocks = (int)blocks;
     sc.page_bytes = hmla::reference::sparse_page_bytes(c.layout, page);
-    sc.lengths = make_lengths(c.topk_length, c.b, topk, length_seed);
+    sc.lengths = topk_lengths(c.topk_length, c.b, topk, length_seed);
   };
   shape_scope(main_, true, c.s_k, c.page, c.topk, opt.seed * 31 + 11);
   shape_scope(extra_, c.extra_topk > 0, c.extra_s_k, c.extra_page, c.extra_topk, opt.seed * 31 + 12);
@@ -233,9 +203,7 @@ void SparseBench::setup(const RowOptions& opt, cudaStream_t stream) {
                round_up(lse_elems * 4, kSlabAlign) + round_up(main_ints * 4, kSlabAlign) +
                round_up(std::max<size_t>(extra_ints, 1) * 4, kSlabAlign) + 2 * round_up((size_t)c.b * 4, kSlabAlign) +
                round_up(std::max<size_t>(ws_bytes_, 1), kSlabAlign));
-  int sets = (int)std::ceil((double)opt.rotate_min_bytes / std::max(touched_estimate, 1.0));
-  sets = std::min(sets, (int)std::max(1.0, std::floor((double)opt.max_rotation_bytes / alloc_per_set)));
-  sets = std::max(1, std::min(sets, opt.max_input_sets));
+  const int sets = rotation_sets(opt, touched_estimate, alloc_per_set);
   sets_ = sets;
   const double cache_bytes = (double)main_.num_blocks * main_.page_bytes +
                              (extra_.present ? (double)extra_.num_blocks * extra_.page_bytes : 0.0);
@@ -333,10 +301,7 @@ void SparseBench::setup(const RowOptions& opt, cudaStream_t stream) {
   HB_CUDA(cudaMemsetAsync(out_.buf.get(), 0, out_.buf.bytes(), stream));
   HB_CUDA(cudaMemsetAsync(lse_.buf.get(), 0, lse_.buf.bytes(), stream));
   if (c.sink) {
-    std::mt19937_64 rng(counter_hash(opt.seed, 77));
-    std::normal_distribution<float> normal(0.f, 1.f);
-    sink_.resize(c.h_q);
-    for (float& v : sink_) v = normal(rng);
+    sink_ = random_sink(c.h_q, opt.seed);
     copy_sync(sink_dev_.get(), sink_.data(), sink_.size() * sizeof(float), cudaMemcpyHostToDevice, stream);
   }
 

@@ -107,6 +107,34 @@ TEST(BenchCli, SparseDecodeWithAnExtraCache) {
   EXPECT_TRUE(plain.sparse.sink);
 }
 
+TEST(BenchCli, SparsePrefill) {
+  Cli cli = parse_ok({"sparse-prefill", "--s-q", "4096", "--h-q", "128", "--d-qk", "512", "--s-kv", "65536", "--topk",
+                      "2048", "--topk-length", "random", "--no-sink", "--check"});
+  EXPECT_EQ(cli.command, "sparse-prefill");
+  EXPECT_TRUE(cli.check);
+  const SparsePrefillCase& c = cli.prefill;
+  EXPECT_EQ(c.s_q, 4096);
+  EXPECT_EQ(c.h_q, 128);
+  EXPECT_EQ(c.d_qk, 512);
+  EXPECT_EQ(c.s_kv, 65536);
+  EXPECT_EQ(c.topk, 2048);
+  EXPECT_EQ(c.topk_length, TopkLength::kRandom);
+  EXPECT_FALSE(c.sink);
+
+  // flags in any order, around the command
+  Cli plain =
+      parse_ok({"--topk", "64", "sparse-prefill", "--d-qk", "576", "--s-kv", "64", "--s-q", "1", "--h-q", "16"});
+  EXPECT_EQ(plain.prefill.d_qk, 576);
+  EXPECT_EQ(plain.prefill.s_kv, 64);  // topk == s_kv: every row once
+  EXPECT_EQ(plain.prefill.topk, 64);
+  EXPECT_EQ(plain.prefill.topk_length, TopkLength::kNone);
+  EXPECT_TRUE(plain.prefill.sink);
+  EXPECT_EQ(parse_ok({"sparse-prefill", "--s-q", "2", "--h-q", "64", "--d-qk", "576", "--s-kv", "128", "--topk", "64",
+                      "--topk-length", "full"})
+                .prefill.topk_length,
+            TopkLength::kFull);
+}
+
 TEST(BenchCli, MergeAndCeilings) {
   Cli m = parse_ok({"merge", "--b", "16", "--h-q", "128", "--states", "4", "--d-v", "256", "--dtype", "fp16"});
   EXPECT_EQ(m.command, "merge");
@@ -128,15 +156,46 @@ TEST(BenchCli, SweepAndItsFamily) {
   EXPECT_EQ(*s.dtype, hmla::DType::kFP16);
   // a family command with --sweep keeps that family's rows
   EXPECT_EQ(parse_ok({"sparse-decode", "--sweep", "default"}).only, "sparse_decode");
+  EXPECT_EQ(parse_ok({"sparse-prefill", "--sweep", "default"}).only, "sparse_prefill");
+  EXPECT_EQ(parse_ok({"--sweep", "default", "--only", "sparse_prefill"}).only, "sparse_prefill");
+  EXPECT_EQ(parse_ok({"--sweep", "default", "--only", "sparse_decode"}).only, "sparse_decode");
   EXPECT_TRUE(parse_ok({"--sweep", "default"}).only.empty());
+}
+
+// compare.py's run_sparse_prefill: s_q 4096, topk 2048, h_q x d_qk x s_kv in its loop order; --quick
+// keeps the first.
+TEST(BenchSweep, SparsePrefillRowsAreComparePys) {
+  Sweep sweep;
+  ASSERT_TRUE(sweep_by_name("default", sweep));
+  ASSERT_EQ(sweep.prefill.size(), 8u);
+  size_t i = 0;
+  for (int h_q : {64, 128})
+    for (int d_qk : {576, 512})
+      for (int s_kv : {8192, 65536}) {
+        const SparsePrefillCase& c = sweep.prefill[i++];
+        EXPECT_EQ(c.s_q, 4096);
+        EXPECT_EQ(c.topk, 2048);
+        EXPECT_EQ(c.h_q, h_q);
+        EXPECT_EQ(c.d_qk, d_qk);
+        EXPECT_EQ(c.s_kv, s_kv);
+        EXPECT_EQ(c.topk_length, TopkLength::kNone);
+        EXPECT_TRUE(c.sink);
+      }
+  EXPECT_EQ(sweep.dense.size(), 45u);
+  EXPECT_EQ(sweep.sparse.size(), 14u);
+  Sweep quick;
+  ASSERT_TRUE(sweep_by_name("quick", quick));
+  ASSERT_EQ(quick.prefill.size(), 1u);
+  EXPECT_EQ(describe(quick.prefill[0]), describe(sweep.prefill[0]));
+  EXPECT_EQ(describe(quick.prefill[0]), "s_q=4096 h_q=64 d_qk=576 s_kv=8192 topk=2048");
 }
 
 TEST(BenchCli, HelpAndVersion) {
   ParsedCommandLine help = parse({"--help"});
   ASSERT_EQ(help.outcome, Outcome::kHelp);
-  for (const char* name : {"dense-decode", "sparse-decode", "merge", "ceilings", "--sweep", "--only", "--json",
-                           "--check", "--anchors", "--no-ceilings", "--topk-length", "--extra-s-k", "--version",
-                           "Exit status"})
+  for (const char* name : {"dense-decode", "sparse-decode", "sparse-prefill", "merge", "ceilings", "--sweep", "--only",
+                           "--json", "--check", "--anchors", "--no-ceilings", "--topk-length", "--extra-s-k", "--d-qk",
+                           "--s-kv", "sparse_prefill", "--version", "Exit status"})
     EXPECT_NE(help.text.find(name), std::string::npos) << name;
   // after a command too, the whole help (the commands have no flags of their own)
   ParsedCommandLine sub_help = parse({"sparse-decode", "-h"});
@@ -163,6 +222,13 @@ TEST(BenchCli, MalformedValuesNameTheFlagAndValue) {
   expect_usage_error({"--sweep", "quick", "--rotate-mib", "0x10"}, {"--rotate-mib", "0x10"});
   expect_usage_error({"--sweep", "quick", "--warmup-ms", "soon"}, {"--warmup-ms", "soon"});
   expect_usage_error({"frobnicate"}, {"frobnicate"});
+  expect_usage_error({"sparse-prefill", "--s-q", "1", "--h-q", "64", "--d-qk", "600", "--s-kv", "64", "--topk", "8"},
+                     {"--d-qk", "600"});
+  expect_usage_error({"sparse-prefill", "--s-q", "1", "--h-q", "64", "--d-qk", "0576", "--s-kv", "64", "--topk", "8"},
+                     {"--d-qk", "0576"});
+  expect_usage_error({"sparse-prefill", "--s-q", "1", "--h-q", "64", "--d-qk", "576", "--s-kv", "0", "--topk", "8"},
+                     {"--s-kv", "0"});
+  expect_usage_error({"--sweep", "quick", "--only", "prefill"}, {"--only", "prefill"});
 }
 
 TEST(BenchCli, FlagsThatDoNotGoTogether) {
@@ -182,6 +248,47 @@ TEST(BenchCli, FlagsThatDoNotGoTogether) {
   expect_usage_error({"--sweep", "quick", "--anchors", "a.json", "--no-anchors"}, {"--no-anchors"});
   expect_usage_error({"dense-decode", "--d-v", "64"}, {"--d-v"});
   expect_usage_error({"dense-decode", "merge"}, {"merge"});
+}
+
+TEST(BenchCli, SparsePrefillFlagsThatAreMissingOrDoNotGo) {
+  // each of the five shape flags is required
+  const char* full[] = {"--s-q", "16", "--h-q", "64", "--d-qk", "576", "--s-kv", "128", "--topk", "64"};
+  for (int drop = 0; drop < 10; drop += 2) {
+    std::vector<const char*> argv{"hmla-bench", "sparse-prefill"};
+    for (int i = 0; i < 10; i += 2)
+      if (i != drop) argv.insert(argv.end(), {full[i], full[i + 1]});
+    ParsedCommandLine p = parse_command_line((int)argv.size(), argv.data());
+    ASSERT_EQ(p.outcome, Outcome::kUsageError) << full[drop];
+    EXPECT_NE(p.text.find("sparse-prefill needs"), std::string::npos) << p.text;
+    EXPECT_NE(p.text.find(full[drop]), std::string::npos) << p.text;
+  }
+  expect_usage_error({"sparse-prefill", "--s-q", "16", "--h-q", "64", "--d-qk", "576", "--s-kv", "1024", "--topk",
+                      "2048"},
+                     {"--topk 2048", "--s-kv 1024"});
+  // the flags of the other families
+  for (std::initializer_list<const char*> extra :
+       {std::initializer_list<const char*>{"--b", "1"}, {"--s-k", "128"}, {"--page", "64"}, {"--layout", "v32"},
+        {"--extra-topk", "8"}, {"--h-kv", "1"}, {"--causal"}, {"--dtype", "bf16"}, {"--varlen"}}) {
+    std::vector<const char*> argv{"hmla-bench", "sparse-prefill", "--s-q", "16", "--h-q", "64", "--d-qk", "576",
+                                  "--s-kv", "128", "--topk", "64"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ParsedCommandLine p = parse_command_line((int)argv.size(), argv.data());
+    ASSERT_EQ(p.outcome, Outcome::kUsageError) << *extra.begin();
+    EXPECT_NE(p.text.find("sparse-prefill takes"), std::string::npos) << p.text;
+  }
+  expect_usage_error({"sparse-prefill", "--s-q", "16", "--h-q", "64", "--d-qk", "576", "--s-kv", "128", "--topk", "64",
+                      "--d-v", "512"},
+                     {"--d-v"});
+  // and its own flags elsewhere
+  expect_usage_error({"sparse-decode", "--layout", "v32", "--b", "1", "--s-q", "1", "--h-q", "64", "--topk", "64",
+                      "--d-qk", "576"},
+                     {"--d-qk", "sparse-prefill"});
+  expect_usage_error({"dense-decode", "--b", "1", "--h-q", "1", "--s-k", "1", "--s-kv", "8"},
+                     {"--s-kv", "sparse-prefill"});
+  expect_usage_error({"--sweep", "quick", "--s-kv", "8"}, {"--s-kv", "sparse-prefill"});
+  expect_usage_error({"sparse-prefill", "--sweep", "quick", "--s-kv", "8"}, {"--sweep fixes the shapes"});
+  expect_usage_error({"sparse-prefill", "--sweep", "quick", "--only", "dense"}, {"selects nothing"});
+  expect_usage_error({"ceilings", "--d-qk", "512"}, {"--d-qk"});
 }
 
 // ------------------------------------------------------------------------------------- anchors
@@ -212,7 +319,10 @@ const char* kAnchorFile = R"json({
      "causal": false, "varlen": false, "page": 256, "attn_sink": true, "time_us": 88.25},
     {"kind": "dense_decode", "b": 1, "h_q": 128, "s_k": 8192, "time_us": null},
     "not a row",
-    {"kind": "dense_decode", "b": 8.0, "h_q": 128, "s_k": 8192, "time_us": 20}
+    {"kind": "dense_decode", "b": 8.0, "h_q": 128, "s_k": 8192, "time_us": 20},
+    {"kind": "sparse_prefill", "layout": "bf16", "dtype": "bf16", "b": 1, "s_q": 4096, "h_q": 64, "h_kv": 1,
+     "s_k": 8192, "topk": 2048, "extra_topk": 0, "extra_s_k": 0, "extra_page": 0, "d_qk": 512, "causal": false,
+     "varlen": false, "page": 0, "attn_sink": true, "time_us": 1747.2}
   ]
 })json";
 
@@ -223,7 +333,7 @@ TEST_F(BenchAnchors, ReadsMetaAndRowsAndSkipsRowsWithoutATime) {
   EXPECT_EQ(a.system, "FlashMLA commit 9241ae3 (sm_90a build, bf16)");
   EXPECT_DOUBLE_EQ(a.copy_gbps, 4243);
   EXPECT_DOUBLE_EQ(a.matmul_tflops, 769.3);
-  ASSERT_EQ(a.rows.size(), 3u);
+  ASSERT_EQ(a.rows.size(), 4u);
   const AnchorRow& sparse = a.rows[1];
   EXPECT_EQ(sparse.kind, "sparse_decode");
   EXPECT_EQ(sparse.layout, "fp8_model1");
@@ -270,6 +380,41 @@ TEST_F(BenchAnchors, FindsTheRowOfIdenticalShape) {
   EXPECT_DOUBLE_EQ(a.find_sparse(s)->time_us, 88.25);
   s.sink = false;  // FlashMLA's anchors all ran with the sink
   EXPECT_EQ(a.find_sparse(s), nullptr);
+
+  SparsePrefillCase p;
+  p.s_q = 4096;
+  p.h_q = 64;
+  p.d_qk = 512;
+  p.s_kv = 8192;  // the anchor's s_k
+  p.topk = 2048;
+  ASSERT_NE(a.find_sparse_prefill(p), nullptr);
+  EXPECT_DOUBLE_EQ(a.find_sparse_prefill(p)->time_us, 1747.2);
+  p.topk_length = TopkLength::kFull;  // the same lists, passed as an array
+  EXPECT_NE(a.find_sparse_prefill(p), nullptr);
+  p.topk_length = TopkLength::kRandom;
+  EXPECT_EQ(a.find_sparse_prefill(p), nullptr);
+  p.topk_length = TopkLength::kNone;
+  p.sink = false;
+  EXPECT_EQ(a.find_sparse_prefill(p), nullptr);
+  p.sink = true;
+  p.d_qk = 576;
+  EXPECT_EQ(a.find_sparse_prefill(p), nullptr);
+}
+
+// The anchor file the tool reads (a copy of ../shared/anchors/ under .deps/, when staged) has a
+// FlashMLA figure for every default-sweep row that compare.py anchors: all 8 prefill rows.
+TEST(BenchAnchorFile, EverySparsePrefillSweepRowHasAnAnchor) {
+  const std::string path = std::string(HMLA_BENCH_SOURCE_DIR) + "/.deps/anchors/flashmla-h200.json";
+  if (!std::ifstream(path).good()) GTEST_SKIP() << path << " not staged";
+  Anchors a = load_anchors(path);
+  Sweep sweep;
+  ASSERT_TRUE(sweep_by_name("default", sweep));
+  for (const SparsePrefillCase& c : sweep.prefill) {
+    const AnchorRow* r = a.find_sparse_prefill(c);
+    ASSERT_NE(r, nullptr) << describe(c);
+    EXPECT_EQ(r->kind, "sparse_prefill");
+    EXPECT_GT(r->time_us, 0) << describe(c);
+  }
 }
 
 TEST_F(BenchAnchors, BadFilesSayWhy) {
@@ -339,6 +484,7 @@ RowRecord fixed_record(const AnchorRow* anchor, bool checked) {
     r.check.out_rel_l2 = NAN;  // JSON has no NaN: null
     r.check.out_max_abs = 0.125;
     r.check.lse_max_abs = 0.0009765625;
+    r.check.lse_rel_l2 = 0.0001220703125;
     r.check.nonfinite_out = 3;
     r.check.bad_lse = 0;
     r.check.seconds = 1.5;
@@ -389,6 +535,7 @@ const char* kCheckedAnchoredRow = R"json({
   "check_out_rel_l2": null,
   "check_out_max_abs": 0.125,
   "check_lse_max_abs": 0.0009765625,
+  "check_lse_rel_l2": 0.0001220703125,
   "check_nonfinite_out": 3,
   "check_bad_lse": 0,
   "check_requests": [
@@ -454,11 +601,12 @@ TEST(BenchResultJson, DocumentLayout) {
   EXPECT_EQ(meta["device"]["cc"], "9.0");
   EXPECT_EQ(meta["device"]["driver_version"], "13.0");
   EXPECT_EQ(meta["device"]["memory_bytes"], 150ull << 30);
-  EXPECT_EQ(keys(meta["formulas"]), (std::vector<std::string>{"merge", "dense", "sparse_decode"}));
+  EXPECT_EQ(keys(meta["formulas"]), (std::vector<std::string>{"merge", "dense", "sparse_decode", "sparse_prefill"}));
   EXPECT_EQ(meta["ceilings"]["read_variants"][0]["name"], "nc x8");
   EXPECT_EQ(meta["ceilings"]["copy_gbps_read_plus_write"], 4800.0);
   EXPECT_EQ(meta["anchors"]["path"], "/x/flashmla-h200.json");
   EXPECT_EQ(meta["check_thresholds"]["out_rel_l2"], kCheckOutRelL2);
+  EXPECT_EQ(meta["check_thresholds"]["out_rel_l2_sparse_prefill"], kCheckSparsePrefillOutRelL2);
   EXPECT_EQ(keys(meta["options"]), (std::vector<std::string>{"iters", "warmup", "warmup_ms", "backlog",
                                                              "rotate_min_mib", "seed", "sweep", "only", "check"}));
   EXPECT_EQ(meta["options"]["only"], "dense");
