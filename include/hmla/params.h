@@ -136,6 +136,11 @@ struct SparseDecodeParams {
 //   >= s_kv), d_qk in {576, 512}, d_v = 512, optional attn_sink [h_q] and topk_length [s_q].
 //   out [s_q, h_q, d_v] bf16, max_logits [s_q, h_q] and lse [s_q, h_q] float32, of the scaled
 //   scores; a query with no valid index: out 0, lse +inf, max_logits -inf.
+// Batched (varlen) form, hmla only (num_seqs > 0): the s_q query tokens are num_seqs sequences,
+//   sequence i being tokens [cu_seqlens_q[i], cu_seqlens_q[i + 1]); a token of sequence i indexes
+//   only its own kv rows: index j is valid when 0 <= j < seq_kv_len[i] and names kv row
+//   seq_kv_offset[i] + j. The three arrays are device data (docs/API.md, contract 3, says what
+//   out-of-range values give); num_seqs = 0 is the flat form above.
 struct SparsePrefillParams {
   int s_q = 0;
   int s_kv = 0;
@@ -164,6 +169,11 @@ struct SparsePrefillParams {
 
   float* max_logits = nullptr;  // [s_q, h_q] contiguous
   float* lse = nullptr;         // [s_q, h_q] contiguous
+
+  int num_seqs = 0;                        // 0: the flat form
+  const int32_t* cu_seqlens_q = nullptr;   // [num_seqs + 1]: 0, ..., s_q
+  const int32_t* seq_kv_offset = nullptr;  // [num_seqs]
+  const int32_t* seq_kv_len = nullptr;     // [num_seqs]
 };
 
 }  // namespace hmla

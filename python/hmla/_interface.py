@@ -585,9 +585,11 @@ def _run_sparse(fw, arrays, sched, softmax_scale, fn):
     return out, lse
 
 
-def _check_sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, indexer_topk, fn):
+def _check_sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, indexer_topk, fn,
+                          cu_seqlens_q=None, seq_kv_offset=None, seq_kv_len=None):
     """flash_mla_sparse_fwd's checks (ValueError/TypeError naming the argument); returns q's framework
-    adapter and the DLPack export of an optional argument."""
+    adapter and the DLPack export of an optional argument. The batched form's arrays are checked for
+    their metadata only (dtype, rank, device, lengths): their values are device data."""
     if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
         raise TypeError(f"hmla.{fn}: argument 'sm_scale' is {sm_scale!r}, expected a float")
     for name, v in (("d_v", d_v), ("indexer_topk", indexer_topk)):
@@ -603,7 +605,8 @@ def _check_sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length,
         return export(x, adapter_for(x, fn, arg), fn, arg)
 
     _C.check_sparse_prefill_args(ex(q, "q"), ex(kv, "kv"), ex(indices, "indices"), int(d_v), ex(attn_sink, "attn_sink"),
-                                 ex(topk_length, "topk_length"), int(indexer_topk), True)
+                                 ex(topk_length, "topk_length"), int(indexer_topk), ex(cu_seqlens_q, "cu_seqlens_q"),
+                                 ex(seq_kv_offset, "seq_kv_offset"), ex(seq_kv_len, "seq_kv_len"), True)
     if indexer_topk > 0 and tuple(q.shape)[1] == 128:
         raise ValueError(f"hmla.{fn}: argument 'indexer_topk' > 0 is not supported for h_q == 128 (as in FlashMLA)")
     return fw, ex
@@ -618,6 +621,10 @@ def flash_mla_sparse_fwd(
     attn_sink: Any = None,
     topk_length: Any = None,
     indexer_topk: int = 0,
+    *,
+    cu_seqlens_q: Any = None,
+    seq_kv_offset: Any = None,
+    seq_kv_len: Any = None,
 ) -> Tuple[Any, Any, Any]:
     """Token-sparse prefill (FlashMLA's ``flash_mla_sparse_fwd``): q ``[s_q, h_q, d_qk]`` bf16,
     kv ``[s_kv, 1, d_qk]`` bf16, indices ``[s_q, 1, topk]`` int32 -> (out, max_logits, lse).
@@ -626,14 +633,22 @@ def flash_mla_sparse_fwd(
     ``attn_sink [h_q]`` as in decode. Returns ``out [s_q, h_q, 512]`` bf16, ``max_logits`` and ``lse``
     ``[s_q, h_q]`` float32 (natural log of the scaled scores; a token with no valid key: out 0, lse
     +inf, max_logits -inf), in q's framework, on q's current stream.
+
+    hmla's batched form (keyword only, all three or none, int32 device arrays): the tokens are
+    ``num_seqs`` sequences, sequence i being tokens ``[cu_seqlens_q[i], cu_seqlens_q[i + 1])``
+    (``cu_seqlens_q [num_seqs + 1]``, from 0 to s_q); its indices address only its own kv rows, index
+    j being valid when ``0 <= j < seq_kv_len[i]`` and naming row ``seq_kv_offset[i] + j``
+    (``seq_kv_offset``, ``seq_kv_len [num_seqs]``). One call then serves several requests.
     """
     fn = "flash_mla_sparse_fwd"
-    fw, ex = _check_sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, indexer_topk, fn)
+    fw, ex = _check_sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, indexer_topk, fn,
+                                   cu_seqlens_q, seq_kv_offset, seq_kv_len)
     s_q, h_q = int(q.shape[0]), int(q.shape[1])
     out, lse = fw.alloc_outputs(q, (s_q, h_q, _D_V), (s_q, h_q))
     max_logits = fw.empty_f32((s_q, h_q), q)
     _C.sparse_prefill_run(ex(q, "q"), ex(kv, "kv"), ex(indices, "indices"), float(sm_scale), int(d_v),
                           ex(attn_sink, "attn_sink"), ex(topk_length, "topk_length"), int(indexer_topk),
-                          export(out, fw, fn, "out"), export(max_logits, fw, fn, "max_logits"),
-                          export(lse, fw, fn, "lse"), fw.stream(q))
+                          ex(cu_seqlens_q, "cu_seqlens_q"), ex(seq_kv_offset, "seq_kv_offset"),
+                          ex(seq_kv_len, "seq_kv_len"), export(out, fw, fn, "out"),
+                          export(max_logits, fw, fn, "max_logits"), export(lse, fw, fn, "lse"), fw.stream(q))
     return out, max_logits, lse

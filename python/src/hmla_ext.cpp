@@ -815,10 +815,48 @@ void sparse_run(nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj, nb::hand
 // ---------------------------------------------------------------------------------------------
 // Sparse prefill (flash_mla_sparse_fwd)
 
+// hmla's batched form of flash_mla_sparse_fwd: cu_seqlens_q [num_seqs + 1], seq_kv_offset and
+// seq_kv_len [num_seqs], int32, all three or none. Only their metadata is checked here; their
+// values are device data (the kernel clamps them, docs/API.md contract 3).
+void import_prefill_sequences(const char* fn, nb::handle cu_obj, nb::handle offset_obj, nb::handle kv_len_obj,
+                              int64_t s_q, bool require_cuda, int* device, hmla::SparsePrefillParams& p) {
+  const struct {
+    const char* name;
+    nb::handle obj;
+  } arrays[] = {{"cu_seqlens_q", cu_obj}, {"seq_kv_offset", offset_obj}, {"seq_kv_len", kv_len_obj}};
+  int given = 0;
+  for (const auto& a : arrays) given += present(a.obj) ? 1 : 0;
+  if (given == 0) return;
+  if (given < 3)
+    for (const auto& a : arrays)
+      if (!present(a.obj))
+        raise_value(fn, a.name, "is None, but the batched form takes all of cu_seqlens_q, seq_kv_offset and "
+                                "seq_kv_len (or none of them)");
+  InArray cu = import_array<InArray>(cu_obj, fn, "cu_seqlens_q");
+  check_dtype(fn, "cu_seqlens_q", cu, {dt(kCodeInt, 32)}, "int32");
+  check_device(fn, "cu_seqlens_q", cu, require_cuda, device);
+  check_ndim(fn, "cu_seqlens_q", cu, 1, "[num_seqs + 1]");
+  check_contiguous_1d(fn, "cu_seqlens_q", cu);
+  const int64_t entries = static_cast<int64_t>(cu.shape(0));
+  if (entries < 2 || entries > s_q + 1)
+    raise_value(fn, "cu_seqlens_q",
+                "has shape " + shape_str(cu) + ", expected (num_seqs + 1,) with num_seqs in [1, s_q = " +
+                    std::to_string(s_q) + "]");
+  const int64_t num_seqs = entries - 1;
+  const char* layout = "[num_seqs], num_seqs = len(cu_seqlens_q) - 1";
+  p.num_seqs = static_cast<int>(num_seqs);
+  p.cu_seqlens_q = static_cast<const int32_t*>(cu.data());
+  p.seq_kv_offset = static_cast<const int32_t*>(import_optional_vector(
+      fn, "seq_kv_offset", offset_obj, dt(kCodeInt, 32), "int32", num_seqs, layout, require_cuda, device));
+  p.seq_kv_len = static_cast<const int32_t*>(import_optional_vector(
+      fn, "seq_kv_len", kv_len_obj, dt(kCodeInt, 32), "int32", num_seqs, layout, require_cuda, device));
+}
+
 // FlashMLA's checks of the call, then its arrays as hmla's prefill parameters (outputs unset).
 hmla::SparsePrefillParams import_sparse_prefill(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj,
                                                 int64_t d_v, nb::handle sink_obj, nb::handle topk_len_obj,
-                                                int64_t indexer_topk, bool require_cuda, int* device) {
+                                                int64_t indexer_topk, nb::handle cu_obj, nb::handle offset_obj,
+                                                nb::handle kv_len_obj, bool require_cuda, int* device) {
   const char* fn = "flash_mla_sparse_fwd";
   InArray q = import_array<InArray>(q_obj, fn, "q");
   InArray kv = import_array<InArray>(kv_obj, fn, "kv");
@@ -862,24 +900,27 @@ hmla::SparsePrefillParams import_sparse_prefill(nb::handle q_obj, nb::handle kv_
   p.indices = static_cast<const int32_t*>(idx.data());
   p.topk = to_int(fn, "indices", idx.shape(2), "topk");
   p.indices_token_stride = idx.stride(0);
+  import_prefill_sequences(fn, cu_obj, offset_obj, kv_len_obj, s_q, require_cuda, device, p);
   return p;
 }
 
 void check_sparse_prefill_args(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj, int64_t d_v,
-                               nb::handle sink_obj, nb::handle topk_len_obj, int64_t indexer_topk,
-                               bool require_cuda) {
+                               nb::handle sink_obj, nb::handle topk_len_obj, int64_t indexer_topk, nb::handle cu_obj,
+                               nb::handle offset_obj, nb::handle kv_len_obj, bool require_cuda) {
   int device = -1;
-  import_sparse_prefill(q_obj, kv_obj, idx_obj, d_v, sink_obj, topk_len_obj, indexer_topk, require_cuda, &device);
+  import_sparse_prefill(q_obj, kv_obj, idx_obj, d_v, sink_obj, topk_len_obj, indexer_topk, cu_obj, offset_obj,
+                        kv_len_obj, require_cuda, &device);
 }
 
 // out [s_q, h_q, 512] bf16, max_logits and lse [s_q, h_q] float32 contiguous, allocated by the caller.
 void sparse_prefill_run(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj, double sm_scale, int64_t d_v,
-                        nb::handle sink_obj, nb::handle topk_len_obj, int64_t indexer_topk, nb::handle out_obj,
-                        nb::handle max_logits_obj, nb::handle lse_obj, uintptr_t stream) {
+                        nb::handle sink_obj, nb::handle topk_len_obj, int64_t indexer_topk, nb::handle cu_obj,
+                        nb::handle offset_obj, nb::handle kv_len_obj, nb::handle out_obj, nb::handle max_logits_obj,
+                        nb::handle lse_obj, uintptr_t stream) {
   const char* fn = "flash_mla_sparse_fwd";
   int device = -1;
-  hmla::SparsePrefillParams p =
-      import_sparse_prefill(q_obj, kv_obj, idx_obj, d_v, sink_obj, topk_len_obj, indexer_topk, true, &device);
+  hmla::SparsePrefillParams p = import_sparse_prefill(q_obj, kv_obj, idx_obj, d_v, sink_obj, topk_len_obj,
+                                                      indexer_topk, cu_obj, offset_obj, kv_len_obj, true, &device);
   OutArray out = import_array<OutArray>(out_obj, fn, "out");
   OutArray max_logits = import_array<OutArray>(max_logits_obj, fn, "max_logits");
   OutArray lse = import_array<OutArray>(lse_obj, fn, "lse");
@@ -1113,11 +1154,13 @@ NB_MODULE(_C, m) {
         nb::arg("lse"), nb::arg("schedule"), nb::arg("softmax_scale"), nb::arg("stream"));
   m.def("check_sparse_prefill_args", &check_sparse_prefill_args, nb::arg("q"), nb::arg("kv"), nb::arg("indices"),
         nb::arg("d_v"), nb::arg("attn_sink").none(), nb::arg("topk_length").none(), nb::arg("indexer_topk"),
+        nb::arg("cu_seqlens_q").none(), nb::arg("seq_kv_offset").none(), nb::arg("seq_kv_len").none(),
         nb::arg("require_cuda"));
 
   m.def("sparse_prefill_run", &sparse_prefill_run, nb::arg("q"), nb::arg("kv"), nb::arg("indices"),
         nb::arg("sm_scale"), nb::arg("d_v"), nb::arg("attn_sink").none(), nb::arg("topk_length").none(),
-        nb::arg("indexer_topk"), nb::arg("out"), nb::arg("max_logits"), nb::arg("lse"), nb::arg("stream"));
+        nb::arg("indexer_topk"), nb::arg("cu_seqlens_q").none(), nb::arg("seq_kv_offset").none(),
+        nb::arg("seq_kv_len").none(), nb::arg("out"), nb::arg("max_logits"), nb::arg("lse"), nb::arg("stream"));
 
   m.def("merge_attention_states", &merge_states, nb::arg("outs"), nb::arg("lses"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("stream"));

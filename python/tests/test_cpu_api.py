@@ -398,6 +398,53 @@ def test_sparse_prefill_indexer_topk_h128():
         prefill(q=dl.bf16((32, 128, 576), **dev), indexer_topk=512)
 
 
+def test_sparse_prefill_batched_form_is_keyword_only():
+    sig = inspect.signature(hmla.flash_mla_sparse_fwd)
+    assert list(sig.parameters)[:8] == ["q", "kv", "indices", "sm_scale", "d_v", "attn_sink", "topk_length",
+                                        "indexer_topk"]
+    for name in ("cu_seqlens_q", "seq_kv_offset", "seq_kv_len"):
+        assert sig.parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert sig.parameters[name].default is None
+
+
+def seqs(n=3, **kw):
+    dev = dict(device_type=dl.CUDA)
+    a = dict(cu_seqlens_q=dl.i32((n + 1,), **dev), seq_kv_offset=dl.i32((n,), **dev), seq_kv_len=dl.i32((n,), **dev))
+    a.update(kw)
+    return a
+
+
+def test_sparse_prefill_batched_form_valid_arguments_pass_every_check():
+    dev = dict(device_type=dl.CUDA)
+    for n in (1, 3, 32):  # up to one sequence per query token
+        a = dict(q=dl.bf16((32, 64, 576), **dev), kv=dl.bf16((100, 1, 576), **dev),
+                 indices=dl.i32((32, 1, 128), **dev), sm_scale=576 ** -0.5, d_v=512, attn_sink=None,
+                 topk_length=None, indexer_topk=0)
+        hmla._interface._check_sparse_prefill(**a, fn="flash_mla_sparse_fwd", **seqs(n))
+
+
+@pytest.mark.parametrize(
+    "kw, exc, arg",
+    [
+        (dict(seq_kv_offset=None), ValueError, "seq_kv_offset"),  # all three or none
+        (dict(cu_seqlens_q=None, seq_kv_len=None), ValueError, "cu_seqlens_q"),
+        (dict(cu_seqlens_q=dl.f32((4,), device_type=dl.CUDA)), TypeError, "cu_seqlens_q"),
+        (dict(cu_seqlens_q=dl.i32((4, 1), device_type=dl.CUDA)), ValueError, "cu_seqlens_q"),
+        (dict(cu_seqlens_q=dl.i32((4,))), ValueError, "cu_seqlens_q"),  # host memory
+        (dict(cu_seqlens_q=dl.i32((1,), device_type=dl.CUDA)), ValueError, "cu_seqlens_q"),  # no sequence
+        (dict(cu_seqlens_q=dl.i32((34,), device_type=dl.CUDA)), ValueError, "cu_seqlens_q"),  # more than s_q
+        (dict(seq_kv_offset=dl.i32((4,), device_type=dl.CUDA)), ValueError, "seq_kv_offset"),
+        (dict(seq_kv_offset=dl.i32((3,))), ValueError, "seq_kv_offset"),
+        (dict(seq_kv_len=dl.u8((12,), device_type=dl.CUDA)), TypeError, "seq_kv_len"),
+        (dict(seq_kv_len=dl.i32((2,), device_type=dl.CUDA)), ValueError, "seq_kv_len"),
+    ],
+)
+def test_sparse_prefill_batched_form_bad_arguments(kw, exc, arg):
+    with pytest.raises(exc) as e:
+        prefill(**seqs(**kw))
+    assert f"argument '{arg}'" in str(e.value), str(e.value)
+
+
 # ------------------------------------------------------------------------------------ torch CPU (if installed)
 def test_torch_cpu_tensors_are_rejected_with_names():
     torch = pytest.importorskip("torch")

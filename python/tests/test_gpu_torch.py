@@ -173,3 +173,43 @@ def test_sparse_prefill_matches_a_float64_reference(torch_cuda, d_qk):
     assert rel < 4e-3, rel
     torch.testing.assert_close(lse.double(), torch.logsumexp(scores, -1), rtol=2e-4, atol=2e-4)
     torch.testing.assert_close(max_logits.double(), scores.max(-1).values, rtol=2e-4, atol=2e-4)
+
+
+def test_sparse_prefill_batched_form_matches_per_sequence_calls(torch_cuda):
+    """flash_mla_sparse_fwd's batched form (hmla only): four sequences, one of a single token and one of
+    none, overlapping kv ranges, indices past each sequence's kv length (inside kv and past it). Bit for
+    bit the flat call on each sequence's rows and kv range; one sequence over all of kv is the flat form."""
+    torch = torch_cuda
+    gen = torch.Generator(device="cuda").manual_seed(26)
+    d_qk, h_q, s_kv, topk, scale = 576, 64, 400, 96, 0.04
+    n_q, kv_offset, kv_len = [5, 1, 0, 12], [0, 100, 150, 300], [200, 250, 10, 100]
+    cu = [0]
+    for n in n_q:
+        cu.append(cu[-1] + n)
+    s_q = cu[-1]
+    q = torch.randn(s_q, h_q, d_qk, generator=gen, device="cuda").to(torch.bfloat16)
+    kv = torch.randn(s_kv, 1, d_qk, generator=gen, device="cuda").to(torch.bfloat16)
+    idx = torch.randint(-2, 260, (s_q, 1, topk), generator=gen, device="cuda", dtype=torch.int32)
+    topk_length = torch.randint(0, topk + 1, (s_q,), generator=gen, device="cuda", dtype=torch.int32)
+
+    def i32(values):
+        return torch.tensor(values, dtype=torch.int32, device="cuda")
+
+    out, max_logits, lse = hmla.flash_mla_sparse_fwd(q, kv, idx, scale, topk_length=topk_length,
+                                                     cu_seqlens_q=i32(cu), seq_kv_offset=i32(kv_offset),
+                                                     seq_kv_len=i32(kv_len))
+    assert out.shape == (s_q, h_q, 512) and lse.shape == (s_q, h_q) and max_logits.shape == (s_q, h_q)
+    for i, n in enumerate(n_q):
+        if n == 0:
+            continue
+        rows = slice(cu[i], cu[i + 1])
+        o, m, l = hmla.flash_mla_sparse_fwd(q[rows], kv[kv_offset[i]:kv_offset[i] + kv_len[i]], idx[rows], scale,
+                                            topk_length=topk_length[rows])
+        assert torch.equal(out[rows], o) and torch.equal(max_logits[rows], m) and torch.equal(lse[rows], l), i
+
+    flat = hmla.flash_mla_sparse_fwd(q, kv, idx, scale)
+    one = hmla.flash_mla_sparse_fwd(q, kv, idx, scale, cu_seqlens_q=i32([0, s_q]), seq_kv_offset=i32([0]),
+                                    seq_kv_len=i32([s_kv]))
+    assert all(torch.equal(a, b) for a, b in zip(flat, one))
+    with pytest.raises(ValueError, match="argument 'seq_kv_len'"):
+        hmla.flash_mla_sparse_fwd(q, kv, idx, scale, cu_seqlens_q=i32(cu), seq_kv_offset=i32(kv_offset))

@@ -448,6 +448,26 @@ void validate(const SparsePrefillParams& p) {
                    "indices_token_stride", 0, p.s_q, 1);
   check_optional_pointer(where, "topk_length", p.topk_length, alignof(int32_t));
 
+  // ---- the batched form (optional): cu_seqlens_q [num_seqs + 1], seq_kv_offset and seq_kv_len
+  // [num_seqs] int32. Their values are device data, which the kernel clamps.
+  check_at_least(where, "num_seqs", p.num_seqs, 0);
+  if (p.num_seqs > p.s_q)
+    fail(where, "num_seqs", str(p.num_seqs), "<= s_q = " + str(p.s_q) + " (at most one sequence per query token)");
+  const struct {
+    const char* name;
+    const int32_t* array;
+  } seq_arrays[] = {
+      {"cu_seqlens_q", p.cu_seqlens_q}, {"seq_kv_offset", p.seq_kv_offset}, {"seq_kv_len", p.seq_kv_len}};
+  // An array given with num_seqs = 0 would be ignored, every token attending over all of kv: a
+  // silent wrong answer for a caller who forgot num_seqs.
+  for (const auto& a : seq_arrays) {
+    if (p.num_seqs > 0)
+      check_pointer(where, a.name, a.array, alignof(int32_t));
+    else if (a.array != nullptr)
+      fail(where, a.name, pointer_str(a.array),
+           "null (num_seqs is 0, the flat form; set num_seqs for the batched form)");
+  }
+
   // ---- attn_sink [h_q] float32 (optional), softmax_scale (0: 1/sqrt(d_qk))
   check_optional_pointer(where, "attn_sink", p.attn_sink, alignof(float));
   check_softmax_scale(where, p.softmax_scale);

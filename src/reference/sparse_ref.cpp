@@ -12,7 +12,8 @@
 //   (kModel1: the 448 NoPE values then the first 64 RoPE values).
 // sparse_prefill, for query token s: the same over indices[s][0, topk_length[s] or topk) into the
 //   bf16 rows kv[0, s_kv) (invalid: < 0 or >= s_kv); also writes max_logits = the largest scaled
-//   score (-inf with no valid key).
+//   score (-inf with no valid key). In the batched form, token s of sequence i indexes the rows
+//   kv[seq_kv_offset[i], + seq_kv_len[i]) instead (invalid: < 0 or >= seq_kv_len[i]).
 // Both: score = scale * <q, k> (scale 0 -> 1/sqrt(d_qk), in double); out = softmax(score) @ V;
 //   lse = log(sum exp(score)), natural log; attn_sink (per head) then multiplies out by
 //   exp(lse) / (exp(lse) + exp(sink)) = 1 / (1 + exp(sink - lse)), which is 0 for sink = +inf and
@@ -21,6 +22,7 @@
 // All arithmetic is double, the softmax is one pass with a running maximum. Each needed token is
 // dequantised once per query token and reused by every head. A null out / lse / max_logits pointer
 // skips that output.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -175,6 +177,26 @@ void check_prefill(const SparsePrefillParams& p) {
               "[" + str(s) + "] = " + str(p.topk_length[s]), "in [0, " + str(p.topk) + "]");
     }
   }
+  // The batched form: what the caller promises of the device arrays (the kernel's clamping of
+  // other values is a kernel test's business, not the reference's).
+  require(p.num_seqs >= 0, kPrefill, "num_seqs", str(p.num_seqs), ">= 0");
+  if (p.num_seqs == 0) return;
+  require(p.cu_seqlens_q != nullptr, kPrefill, "cu_seqlens_q", "null", "a host pointer");
+  require(p.seq_kv_offset != nullptr, kPrefill, "seq_kv_offset", "null", "a host pointer");
+  require(p.seq_kv_len != nullptr, kPrefill, "seq_kv_len", "null", "a host pointer");
+  require(p.cu_seqlens_q[0] == 0, kPrefill, "cu_seqlens_q", "[0] = " + str(p.cu_seqlens_q[0]), "0");
+  for (int i = 0; i < p.num_seqs; ++i) {
+    const int32_t begin = p.cu_seqlens_q[i], end = p.cu_seqlens_q[i + 1];
+    require(end >= begin, kPrefill, "cu_seqlens_q", "[" + str(i + 1) + "] = " + str(end),
+            ">= cu_seqlens_q[" + str(i) + "] = " + str(begin) + " (non-decreasing)");
+    const int32_t offset = p.seq_kv_offset[i], len = p.seq_kv_len[i];
+    require(offset >= 0 && offset <= p.s_kv, kPrefill, "seq_kv_offset", "[" + str(i) + "] = " + str(offset),
+            "in [0, s_kv = " + str(p.s_kv) + "]");
+    require(len >= 0 && int64_t{offset} + len <= p.s_kv, kPrefill, "seq_kv_len", "[" + str(i) + "] = " + str(len),
+            "in [0, s_kv - seq_kv_offset[" + str(i) + "] = " + str(p.s_kv - offset) + "]");
+  }
+  require(p.cu_seqlens_q[p.num_seqs] == p.s_q, kPrefill, "cu_seqlens_q",
+          "[" + str(p.num_seqs) + "] = " + str(p.cu_seqlens_q[p.num_seqs]), "s_q = " + str(p.s_q));
 }
 
 void load_bf16_row(const uint16_t* src, int n, double* dst) {
@@ -255,14 +277,23 @@ void sparse_prefill(const SparsePrefillParams& p, float* out_f32, const Float64O
   for (int s = 0; s < p.s_q; ++s) {
     const int length = p.topk_length != nullptr ? p.topk_length[s] : p.topk;
     const int32_t* list = p.indices + s * p.indices_token_stride;
+    // The rows token s may index: all of kv, or its sequence's (the last one starting at or before s;
+    // the empty sequences that start there too come before it).
+    const uint16_t* kv = p.kv;
+    int64_t s_kv = p.s_kv;
+    if (p.num_seqs > 0) {
+      const int32_t* cu = p.cu_seqlens_q;
+      const int seq = static_cast<int>(std::upper_bound(cu, cu + p.num_seqs + 1, s) - cu) - 1;
+      kv = p.kv + p.seq_kv_offset[seq] * p.kv_token_stride;
+      s_kv = p.seq_kv_len[seq];
+    }
     keys.clear();
     int n = 0;
     for (int t = 0; t < length; ++t) {
       const int32_t index = list[t];
-      if (index < 0 || index >= p.s_kv) continue;
+      if (index < 0 || index >= s_kv) continue;
       keys.resize(keys.size() + p.d_qk);
-      load_bf16_row(p.kv + index * p.kv_token_stride, p.d_qk,
-                    keys.data() + static_cast<size_t>(n) * p.d_qk);
+      load_bf16_row(kv + index * p.kv_token_stride, p.d_qk, keys.data() + static_cast<size_t>(n) * p.d_qk);
       ++n;
     }
     for (int h = 0; h < p.h_q; ++h) {

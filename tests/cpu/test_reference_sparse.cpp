@@ -663,5 +663,138 @@ TEST(ReferenceSparsePrefill, D512ShapeH64Topk128) {
   run_prefill_case(c);
 }
 
+// The batched form is, token for token, the flat form over the token's sequence: its q / index
+// rows and outputs, kv cut to [seq_kv_offset, + seq_kv_len). Same arithmetic, so equal bit for bit.
+// The sequences' kv ranges overlap and the indices run past each sequence's length into the others'
+// rows and past kv, which must count as invalid.
+TEST(ReferenceSparsePrefill, BatchedFormIsPerSequenceFlatForm) {
+  test::Rng rng(306);
+  const int d_qk = 576, h_q = 4, s_kv = 60, topk = 24;
+  // One sequence of no token, one of a single token and no kv row.
+  const std::vector<int32_t> cu = {0, 5, 5, 6, 13};
+  const std::vector<int32_t> offset = {0, 10, 20, 25}, len = {30, 10, 0, 25};
+  const int num_seqs = 4, s_q = cu.back();
+  const int64_t kv_stride = d_qk, q_stride = int64_t{h_q} * d_qk, out_stride = int64_t{h_q} * 512;
+  std::vector<uint16_t> kv(s_kv * kv_stride), q(s_q * q_stride);
+  for (auto& v : kv) v = test::random_bf16(rng);
+  for (auto& v : q) v = test::random_bf16(rng);
+  std::vector<int32_t> indices(s_q * topk), topk_length(s_q);
+  for (int s = 0; s < s_q; ++s) {
+    topk_length[s] = rng.integer(topk / 2, topk);
+    for (int t = 0; t < topk; ++t) indices[s * topk + t] = rng.integer(-2, s_kv + 2);
+  }
+  std::vector<float> sink(h_q);
+  for (int h = 0; h < h_q; ++h) sink[h] = kSinks[h % 6];
+
+  SparsePrefillParams p;
+  p.s_q = s_q;
+  p.s_kv = s_kv;
+  p.h_q = h_q;
+  p.d_qk = d_qk;
+  p.q = q.data();
+  p.q_token_stride = q_stride;
+  p.q_head_stride = d_qk;
+  p.kv = kv.data();
+  p.kv_token_stride = kv_stride;
+  p.indices = indices.data();
+  p.topk = topk;
+  p.indices_token_stride = topk;
+  p.topk_length = topk_length.data();
+  p.attn_sink = sink.data();
+  p.out_token_stride = out_stride;
+  p.out_head_stride = 512;
+  std::vector<uint16_t> out(s_q * out_stride, kOutSentinel), flat_out(out.size(), kOutSentinel);
+  std::vector<float> lse(s_q * h_q, kSentinelF), max_logits(lse.size(), kSentinelF);
+  std::vector<float> flat_lse(lse.size(), kSentinelF), flat_max(lse.size(), kSentinelF);
+
+  SparsePrefillParams batched = p;
+  batched.num_seqs = num_seqs;
+  batched.cu_seqlens_q = cu.data();
+  batched.seq_kv_offset = offset.data();
+  batched.seq_kv_len = len.data();
+  batched.out = out.data();
+  batched.lse = lse.data();
+  batched.max_logits = max_logits.data();
+  sparse_prefill(batched);
+
+  int lonely = 0;
+  for (int i = 0; i < num_seqs; ++i) {
+    SparsePrefillParams f = p;
+    f.s_q = cu[i + 1] - cu[i];
+    f.s_kv = len[i];
+    f.q = q.data() + cu[i] * q_stride;
+    f.kv = kv.data() + offset[i] * kv_stride;
+    f.indices = indices.data() + cu[i] * topk;
+    f.topk_length = topk_length.data() + cu[i];
+    f.out = flat_out.data() + cu[i] * out_stride;
+    f.lse = flat_lse.data() + cu[i] * h_q;
+    f.max_logits = flat_max.data() + cu[i] * h_q;
+    sparse_prefill(f);
+    if (len[i] == 0) lonely += f.s_q;
+  }
+  EXPECT_EQ(lonely, 1);  // the single token of the sequence with no kv
+  EXPECT_EQ(out, flat_out);
+  EXPECT_EQ(lse, flat_lse);
+  EXPECT_EQ(max_logits, flat_max);
+  EXPECT_EQ(lse[5 * h_q], kInf);  // token 5 is the single one of sequence 2, which has no kv
+  // Not the flat form over all of kv: some index of a sequence names a row outside its range.
+  SparsePrefillParams flat = p;
+  std::vector<float> all_lse(lse.size());
+  flat.out = nullptr;
+  flat.lse = all_lse.data();
+  sparse_prefill(flat);
+  EXPECT_NE(lse, all_lse);
+}
+
+TEST(ReferenceSparsePrefill, BatchedFormRejectsBadDeviceValues) {
+  const int d_qk = 512, h_q = 1, s_kv = 8, topk = 2, s_q = 4;
+  std::vector<uint16_t> kv(s_kv * d_qk, 0), q(s_q * h_q * d_qk, 0), out(s_q * h_q * 512);
+  std::vector<int32_t> indices(s_q * topk, 0);
+  std::vector<float> lse(s_q * h_q), max_logits(lse.size());
+  struct Bad {
+    std::vector<int32_t> cu, offset, len;
+    const char* argument;
+  };
+  const Bad bad[] = {
+      {{1, 2, 4}, {0, 0}, {1, 1}, "cu_seqlens_q"},   // cu[0] != 0
+      {{0, 3, 2}, {0, 0}, {1, 1}, "cu_seqlens_q"},   // decreasing
+      {{0, 2, 3}, {0, 0}, {1, 1}, "cu_seqlens_q"},   // cu[num_seqs] != s_q
+      {{0, 2, 4}, {-1, 0}, {1, 1}, "seq_kv_offset"},
+      {{0, 2, 4}, {0, 9}, {1, 0}, "seq_kv_offset"},  // past s_kv
+      {{0, 2, 4}, {0, 0}, {-1, 1}, "seq_kv_len"},
+      {{0, 2, 4}, {0, 5}, {1, 4}, "seq_kv_len"},     // offset + len > s_kv
+  };
+  for (const Bad& b : bad) {
+    SparsePrefillParams p;
+    p.s_q = s_q;
+    p.s_kv = s_kv;
+    p.h_q = h_q;
+    p.d_qk = d_qk;
+    p.q = q.data();
+    p.q_token_stride = d_qk;
+    p.q_head_stride = d_qk;
+    p.kv = kv.data();
+    p.kv_token_stride = d_qk;
+    p.indices = indices.data();
+    p.topk = topk;
+    p.indices_token_stride = topk;
+    p.out = out.data();
+    p.out_token_stride = 512;
+    p.out_head_stride = 512;
+    p.lse = lse.data();
+    p.max_logits = max_logits.data();
+    p.num_seqs = 2;
+    p.cu_seqlens_q = b.cu.data();
+    p.seq_kv_offset = b.offset.data();
+    p.seq_kv_len = b.len.data();
+    try {
+      sparse_prefill(p);
+      ADD_FAILURE() << "accepted bad " << b.argument;
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(e.argument(), b.argument) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hmla

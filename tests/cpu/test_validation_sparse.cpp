@@ -526,4 +526,89 @@ TEST(SparsePrefillValidation, RejectsEachArgument) {
   EXPECT_TRUE(PrefillRejects([](P& p) { p.lse = Fake<float>(0x600002); }, "lse", "0x600002"));
 }
 
+// The other kind of bad value of the same arguments (docs/API.md, "Bad inputs", sparse prefill).
+TEST(SparsePrefillValidation, RejectsEachKindOfBadValue) {
+  using P = hmla::SparsePrefillParams;
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.s_q = 2147483647; p.h_q = 128; }, "s_q", "2147483647"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.q = Fake<const uint16_t>(0x100008); }, "q", "0x100008"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.q_head_stride = 512; }, "q_head_stride", "512"));  // rows overlap
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.kv = nullptr; }, "kv", "null"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.kv_token_stride = 577; }, "kv_token_stride", "577"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.indices = Fake<const int32_t>(0x300002); }, "indices", "0x300002"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.indices_token_stride = -1; }, "indices_token_stride", "-1"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.indices_token_stride = 100; }, "indices_token_stride", "100"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.out = Fake<uint16_t>(0x400008); }, "out", "0x400008"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.out_head_stride = 100; }, "out_head_stride", "100"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.out_head_stride = 256; }, "out_head_stride", "256"));  // rows overlap
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.max_logits = Fake<float>(0x500002); }, "max_logits", "0x500002"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.lse = nullptr; }, "lse", "null"));
+}
+
+// The batched form: three device arrays of num_seqs (+ 1) int32 values.
+hmla::SparsePrefillParams ValidBatchedPrefill() {
+  hmla::SparsePrefillParams p = ValidPrefill();
+  p.num_seqs = 3;
+  p.cu_seqlens_q = Fake<const int32_t>(0x800000);
+  p.seq_kv_offset = Fake<const int32_t>(0x810000);
+  p.seq_kv_len = Fake<const int32_t>(0x820000);
+  return p;
+}
+
+::testing::AssertionResult BatchedPrefillRejects(const std::function<void(hmla::SparsePrefillParams&)>& edit,
+                                                 const std::string& argument, const std::string& got) {
+  hmla::SparsePrefillParams p = ValidBatchedPrefill();
+  edit(p);
+  return ThrowsInvalid([&] { hmla::validate(p); }, "hmla::sparse_prefill", argument, got);
+}
+
+TEST(SparsePrefillValidation, AcceptsTheBatchedForm) {
+  EXPECT_NO_THROW(hmla::validate(ValidBatchedPrefill()));
+  hmla::SparsePrefillParams p = ValidBatchedPrefill();
+  p.num_seqs = p.s_q;  // one token per sequence
+  EXPECT_NO_THROW(hmla::validate(p));
+  p.num_seqs = 1;
+  EXPECT_NO_THROW(hmla::validate(p));
+}
+
+TEST(SparsePrefillValidation, RejectsEachBatchedFormArgument) {
+  using P = hmla::SparsePrefillParams;
+  EXPECT_TRUE(BatchedPrefillRejects([](P& p) { p.num_seqs = -1; }, "num_seqs", "-1"));
+  EXPECT_TRUE(BatchedPrefillRejects([](P& p) { p.num_seqs = p.s_q + 1; }, "num_seqs", "101"));
+  EXPECT_TRUE(BatchedPrefillRejects([](P& p) { p.cu_seqlens_q = nullptr; }, "cu_seqlens_q", "null"));
+  EXPECT_TRUE(BatchedPrefillRejects([](P& p) { p.cu_seqlens_q = Fake<const int32_t>(0x800002); }, "cu_seqlens_q",
+                                    "0x800002"));
+  EXPECT_TRUE(BatchedPrefillRejects([](P& p) { p.seq_kv_offset = nullptr; }, "seq_kv_offset", "null"));
+  EXPECT_TRUE(BatchedPrefillRejects([](P& p) { p.seq_kv_offset = Fake<const int32_t>(0x810001); }, "seq_kv_offset",
+                                    "0x810001"));
+  EXPECT_TRUE(BatchedPrefillRejects([](P& p) { p.seq_kv_len = nullptr; }, "seq_kv_len", "null"));
+  EXPECT_TRUE(BatchedPrefillRejects([](P& p) { p.seq_kv_len = Fake<const int32_t>(0x820003); }, "seq_kv_len",
+                                    "0x820003"));
+  // An array without num_seqs: the call would silently be the flat form.
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.cu_seqlens_q = Fake<const int32_t>(0x800000); }, "cu_seqlens_q",
+                             "0x800000"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.seq_kv_offset = Fake<const int32_t>(0x810000); }, "seq_kv_offset",
+                             "0x810000"));
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.seq_kv_len = Fake<const int32_t>(0x820000); }, "seq_kv_len",
+                             "0x820000"));
+}
+
+TEST(SparsePrefillValidation, BatchedFormMessagesSayWhatIsExpected) {
+  hmla::SparsePrefillParams p = ValidBatchedPrefill();
+  p.num_seqs = 101;
+  try {
+    hmla::validate(p);
+    FAIL() << "num_seqs > s_q accepted";
+  } catch (const hmla::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("expected <= s_q = 100"), std::string::npos) << e.what();
+  }
+  p = ValidPrefill();
+  p.seq_kv_len = Fake<const int32_t>(0x820000);
+  try {
+    hmla::validate(p);
+    FAIL() << "seq_kv_len without num_seqs accepted";
+  } catch (const hmla::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("expected null (num_seqs is 0"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

@@ -12,12 +12,20 @@
 // in the sparse decode tests); every element within 2e-2 * |ref| + 4e-3 * max|ref row|; lse and
 // max_logits within 2e-4 * max(1, |ref|) (the scores are float32 sums of bf16 products). A token
 // with no valid key: out exactly 0, lse +inf, max_logits -inf.
+// The batched (varlen) form: the same call over several sequences, each with its own kv range
+// (overlapping ones among them), checked bit for bit against one flat call per sequence on the
+// sub-problem (the same CTAs compute the same tiles) and against the reference on it. Indices past a
+// sequence's kv length but inside kv name NaN rows wherever possible (other sequences' ranges
+// included), so an unmasked one shows. Device-side garbage in the three arrays: defined outputs
+// (docs/API.md, contract 3) and no out-of-bounds read.
 // Filter: *SparsePrefill*; the sanitizer subset is *SparsePrefillSanitizer*.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -42,6 +50,102 @@ struct PrefillCase {
   Sink sink;
   bool padded;  // kv rows and out heads with 8 elements of padding
 };
+
+// GPU outputs against the reference's, accumulated over rows; tolerances in the file comment.
+struct Comparison {
+  double diff2 = 0, ref2 = 0;
+  int64_t bad = 0;
+  std::string first_bad;
+
+  void note(const std::string& what) {
+    if (bad++ == 0) first_bad = what;
+  }
+  double rel() const { return ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0; }
+  bool ok() const { return bad == 0 && rel() <= 4e-3; }
+
+  // One query token, all h_q heads: out at got_out + h * out_head_stride, lse / max_logits [h_q];
+  // the reference's out dense [h_q][512]. A reference lse of +inf is a token with no valid key.
+  void token(const std::string& at, int h_q, const uint16_t* got_out, int64_t out_head_stride, const float* lse,
+             const float* max_logits, const float* ref_out, const float* ref_lse, const float* ref_max) {
+    for (int h = 0; h < h_q; ++h) {
+      const std::string head = at + " head " + std::to_string(h);
+      const uint16_t* got = got_out + h * out_head_stride;
+      const float* want = ref_out + static_cast<int64_t>(h) * 512;
+      if (std::isinf(ref_lse[h]) && ref_lse[h] > 0) {
+        for (int d = 0; d < 512; ++d)
+          if (got[d] != 0 && got[d] != 0x8000) note(head + ": out not 0 without a key");
+        if (!(std::isinf(lse[h]) && lse[h] > 0)) note(head + ": lse " + std::to_string(lse[h]) + ", expected +inf");
+        if (!(std::isinf(max_logits[h]) && max_logits[h] < 0))
+          note(head + ": max_logits " + std::to_string(max_logits[h]) + ", expected -inf");
+        continue;
+      }
+      float row_max = 0;
+      for (int d = 0; d < 512; ++d) row_max = std::max(row_max, std::fabs(want[d]));
+      for (int d = 0; d < 512; ++d) {
+        const float g = hmla_test::bf16_bits_to_float(got[d]);
+        const double e = static_cast<double>(g) - want[d];
+        diff2 += e * e;
+        ref2 += static_cast<double>(want[d]) * want[d];
+        if (!(std::fabs(e) <= 2e-2 * std::fabs(want[d]) + 4e-3 * row_max + 1e-7))
+          note(head + " d " + std::to_string(d) + ": out " + std::to_string(g) + ", reference " + std::to_string(want[d]));
+      }
+      if (!(std::fabs(lse[h] - ref_lse[h]) <= 2e-4 * std::max(1.f, std::fabs(ref_lse[h]))))
+        note(head + ": lse " + std::to_string(lse[h]) + ", reference " + std::to_string(ref_lse[h]));
+      if (!(std::fabs(max_logits[h] - ref_max[h]) <= 2e-4 * std::max(1.f, std::fabs(ref_max[h]))))
+        note(head + ": max_logits " + std::to_string(max_logits[h]) + ", reference " + std::to_string(ref_max[h]));
+    }
+  }
+};
+
+// The outputs of one call on the device, poisoned with NaN until the call writes them, and their
+// host copies after it.
+struct PrefillOutputs {
+  int s_q, h_q;
+  int64_t out_token_stride, out_head_stride;
+  DeviceBuffer d_out, d_lse, d_max;
+  std::vector<uint16_t> out;
+  std::vector<float> lse, max_logits;
+
+  PrefillOutputs(int s_q_, int h_q_, int64_t out_head_stride_)
+      : s_q(s_q_), h_q(h_q_), out_token_stride(out_head_stride_ * h_q_), out_head_stride(out_head_stride_),
+        d_out(static_cast<size_t>(s_q_) * out_token_stride * 2), d_lse(static_cast<size_t>(s_q_) * h_q_ * 4),
+        d_max(static_cast<size_t>(s_q_) * h_q_ * 4) {
+    const std::vector<uint16_t> out_poison(static_cast<size_t>(s_q) * out_token_stride,
+                                           hmla_test::out_poison_bits(hmla::DType::kBF16));
+    const std::vector<uint32_t> f32_poison(static_cast<size_t>(s_q) * h_q, hmla_test::kLsePoisonBits);
+    d_out.upload(out_poison.data(), out_poison.size() * 2);
+    d_lse.upload(f32_poison.data(), f32_poison.size() * 4);
+    d_max.upload(f32_poison.data(), f32_poison.size() * 4);
+  }
+  // Points p's outputs at rows [token0, ...) of these buffers.
+  void attach(hmla::SparsePrefillParams& p, int token0 = 0) const {
+    p.out = d_out.as<uint16_t>() + token0 * out_token_stride;
+    p.out_token_stride = out_token_stride;
+    p.out_head_stride = out_head_stride;
+    p.lse = d_lse.as<float>() + static_cast<int64_t>(token0) * h_q;
+    p.max_logits = d_max.as<float>() + static_cast<int64_t>(token0) * h_q;
+  }
+  void download() {
+    out.resize(static_cast<size_t>(s_q) * out_token_stride);
+    lse.resize(static_cast<size_t>(s_q) * h_q);
+    max_logits.resize(lse.size());
+    d_out.download(out.data(), out.size() * 2);
+    d_lse.download(lse.data(), lse.size() * 4);
+    d_max.download(max_logits.data(), max_logits.size() * 4);
+  }
+  // Padding between out's heads keeps the poison: nothing is written there.
+  void check_padding(Comparison& cmp) const {
+    const uint16_t poison = hmla_test::out_poison_bits(hmla::DType::kBF16);
+    for (int s = 0; s < s_q; ++s)
+      for (int h = 0; h < h_q; ++h)
+        for (int64_t d = 512; d < out_head_stride; ++d)
+          if (out[s * out_token_stride + h * out_head_stride + d] != poison) cmp.note("a write into out's padding");
+  }
+};
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 void run_case(const PrefillCase& c) {
   Rng rng(hmla_test::hash_string(c.name));
@@ -120,78 +224,32 @@ void run_case(const PrefillCase& c) {
   // The GPU, outputs poisoned.
   DeviceBuffer d_q(q.size() * 2), d_kv(kv.size() * 2), d_idx(indices.size() * 4);
   DeviceBuffer d_len(std::max<size_t>(lengths.size(), 1) * 4), d_sink(std::max<size_t>(sink.size(), 1) * 4);
-  DeviceBuffer d_out(ref_out.size() * 2), d_lse(ref_lse.size() * 4), d_max(ref_max.size() * 4);
   d_q.upload(q.data(), q.size() * 2);
   d_kv.upload(kv.data(), kv.size() * 2);
   d_idx.upload(indices.data(), indices.size() * 4);
   if (!lengths.empty()) d_len.upload(lengths.data(), lengths.size() * 4);
   if (!sink.empty()) d_sink.upload(sink.data(), sink.size() * 4);
-  const std::vector<uint16_t> out_poison(ref_out.size(), hmla_test::out_poison_bits(hmla::DType::kBF16));
-  const std::vector<uint32_t> f32_poison(ref_lse.size(), hmla_test::kLsePoisonBits);
-  d_out.upload(out_poison.data(), out_poison.size() * 2);
-  d_lse.upload(f32_poison.data(), f32_poison.size() * 4);
-  d_max.upload(f32_poison.data(), f32_poison.size() * 4);
+  PrefillOutputs got(c.s_q, c.h_q, out_head_stride);
   p.q = d_q.as<uint16_t>();
   p.kv = d_kv.as<uint16_t>();
   p.indices = d_idx.as<int32_t>();
   p.topk_length = lengths.empty() ? nullptr : d_len.as<int32_t>();
   p.attn_sink = sink.empty() ? nullptr : d_sink.as<float>();
-  p.out = d_out.as<uint16_t>();
-  p.lse = d_lse.as<float>();
-  p.max_logits = d_max.as<float>();
+  got.attach(p);
   hmla::sparse_prefill_run(p, nullptr);
   HMLA_TEST_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint16_t> out(ref_out.size());
-  std::vector<float> lse(ref_lse.size()), max_logits(ref_max.size());
-  d_out.download(out.data(), out.size() * 2);
-  d_lse.download(lse.data(), lse.size() * 4);
-  d_max.download(max_logits.data(), max_logits.size() * 4);
+  got.download();
 
-  double diff2 = 0, ref2 = 0;
-  int64_t bad = 0;
-  std::string first_bad;
-  auto note = [&](const std::string& what) {
-    if (bad++ == 0) first_bad = what;
-  };
+  Comparison cmp;
   for (int s = 0; s < c.s_q; ++s) {
-    for (int h = 0; h < c.h_q; ++h) {
-      const int64_t sh = static_cast<int64_t>(s) * c.h_q + h;
-      const std::string at = "token " + std::to_string(s) + " head " + std::to_string(h);
-      const uint16_t* got = out.data() + s * out_token_stride + h * out_head_stride;
-      const float* want = ref_out_f32.data() + sh * 512;
-      if (std::isinf(ref_lse[sh]) && ref_lse[sh] > 0) {  // no valid key
-        for (int d = 0; d < 512; ++d)
-          if (got[d] != 0 && got[d] != 0x8000) note(at + ": out not 0 without a key");
-        if (!(std::isinf(lse[sh]) && lse[sh] > 0)) note(at + ": lse " + std::to_string(lse[sh]) + ", expected +inf");
-        if (!(std::isinf(max_logits[sh]) && max_logits[sh] < 0))
-          note(at + ": max_logits " + std::to_string(max_logits[sh]) + ", expected -inf");
-        continue;
-      }
-      float row_max = 0;
-      for (int d = 0; d < 512; ++d) row_max = std::max(row_max, std::fabs(want[d]));
-      for (int d = 0; d < 512; ++d) {
-        const float g = hmla_test::bf16_bits_to_float(got[d]);
-        const double e = static_cast<double>(g) - want[d];
-        diff2 += e * e;
-        ref2 += static_cast<double>(want[d]) * want[d];
-        if (!(std::fabs(e) <= 2e-2 * std::fabs(want[d]) + 4e-3 * row_max + 1e-7))
-          note(at + " d " + std::to_string(d) + ": out " + std::to_string(g) + ", reference " + std::to_string(want[d]));
-      }
-      if (!(std::fabs(lse[sh] - ref_lse[sh]) <= 2e-4 * std::max(1.f, std::fabs(ref_lse[sh]))))
-        note(at + ": lse " + std::to_string(lse[sh]) + ", reference " + std::to_string(ref_lse[sh]));
-      if (!(std::fabs(max_logits[sh] - ref_max[sh]) <= 2e-4 * std::max(1.f, std::fabs(ref_max[sh]))))
-        note(at + ": max_logits " + std::to_string(max_logits[sh]) + ", reference " + std::to_string(ref_max[sh]));
-    }
+    const int64_t sh = static_cast<int64_t>(s) * c.h_q;
+    cmp.token("token " + std::to_string(s), c.h_q, got.out.data() + s * out_token_stride, out_head_stride,
+              got.lse.data() + sh, got.max_logits.data() + sh, ref_out_f32.data() + sh * 512, ref_lse.data() + sh,
+              ref_max.data() + sh);
   }
-  // Padding between out's heads keeps the poison: nothing is written there.
-  if (c.padded)
-    for (int s = 0; s < c.s_q; ++s)
-      for (int h = 0; h < c.h_q; ++h)
-        for (int d = 512; d < out_head_stride; ++d)
-          if (out[s * out_token_stride + h * out_head_stride + d] != out_poison[0]) note("a write into out's padding");
-  const double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0;
-  EXPECT_EQ(bad, 0) << c.name << ": " << bad << " bad values, first: " << first_bad;
-  EXPECT_LE(rel, 4e-3) << c.name << ": relative L2 error of out";
+  got.check_padding(cmp);
+  EXPECT_EQ(cmp.bad, 0) << c.name << ": " << cmp.bad << " bad values, first: " << cmp.first_bad;
+  EXPECT_LE(cmp.rel(), 4e-3) << c.name << ": relative L2 error of out";
 }
 
 std::vector<PrefillCase> cases() {
@@ -227,4 +285,364 @@ INSTANTIATE_TEST_SUITE_P(
                       PrefillCase{"sanitizer_d512_h16", 512, 16, 5, 70, 65, 0.5, Lengths::kPastTopk, Sink::kNone, false}),
     [](const ::testing::TestParamInfo<PrefillCase>& i) { return i.param.name; });
 
+
+// ------------------------------------------------------------------------ the batched (varlen) form
+
+struct Seq {
+  int n_q;                // query tokens
+  int kv_offset, kv_len;  // its kv rows; kv_len >= 1, so that the flat call on it is valid
+};
+
+struct VarlenCase {
+  std::string name;
+  int d_qk, h_q, s_kv, topk;
+  std::vector<Seq> seqs;
+  Lengths lengths;
+  Sink sink;
+  bool padded;
+};
+
+// The host inputs of a batched call (q, kv and indices of all sequences, their arrays).
+struct VarlenInputs {
+  int s_q = 0;
+  int64_t kv_stride = 0, out_head_stride = 0;
+  std::vector<int32_t> cu, offset, len;
+  std::vector<uint16_t> q, kv;
+  std::vector<int32_t> indices, lengths, ref_lengths;
+  std::vector<float> sink;
+};
+
+// Per index slot of a token of sequence i: 60 % valid (j in [0, kv_len)); 25 % past the sequence
+// but inside kv, on a row that no valid index names (NaN) where one exists, which is often in
+// another sequence's range; 15 % the other invalid kinds, including the first index past the
+// sequence (kv_len) and past kv (s_kv - kv_offset). Only named rows hold values.
+VarlenInputs make_varlen_inputs(const VarlenCase& c) {
+  Rng rng(hmla_test::hash_string(c.name));
+  VarlenInputs in;
+  in.kv_stride = c.d_qk + (c.padded ? 8 : 0);
+  in.out_head_stride = 512 + (c.padded ? 8 : 0);
+  in.cu.push_back(0);
+  for (const Seq& sq : c.seqs) {
+    in.cu.push_back(in.cu.back() + sq.n_q);
+    in.offset.push_back(sq.kv_offset);
+    in.len.push_back(sq.kv_len);
+  }
+  in.s_q = in.cu.back();
+  in.q.resize(static_cast<size_t>(in.s_q) * c.h_q * c.d_qk);
+  for (auto& x : in.q) x = hmla_test::float_to_bf16_bits(static_cast<float>(rng.normal()));
+
+  in.indices.assign(static_cast<size_t>(in.s_q) * c.topk, -1);
+  std::vector<char> referenced(c.s_kv, 0);
+  std::vector<std::pair<size_t, int>> past;  // (slot, sequence) of the indices past a sequence, inside kv
+  for (size_t i = 0; i < c.seqs.size(); ++i) {
+    const Seq& sq = c.seqs[i];
+    const int32_t other[] = {-1, std::numeric_limits<int32_t>::min(), -5, sq.kv_len, c.s_kv - sq.kv_offset,
+                             std::numeric_limits<int32_t>::max()};
+    for (int t = in.cu[i]; t < in.cu[i + 1]; ++t) {
+      for (int k = 0; k < c.topk; ++k) {
+        const size_t slot = static_cast<size_t>(t) * c.topk + k;
+        const double u = rng.uniform();
+        if (u < 0.6) {
+          in.indices[slot] = rng.uniform_int(0, sq.kv_len - 1);
+          referenced[sq.kv_offset + in.indices[slot]] = 1;
+        } else if (u < 0.85 && sq.kv_offset + sq.kv_len < c.s_kv) {
+          past.emplace_back(slot, static_cast<int>(i));
+        } else {
+          in.indices[slot] = other[rng.uniform_int(0, 5)];
+        }
+      }
+    }
+  }
+  for (const auto& [slot, i] : past) {
+    const Seq& sq = c.seqs[i];
+    int j = rng.uniform_int(sq.kv_len, c.s_kv - sq.kv_offset - 1);
+    for (int tries = 0; tries < 32 && referenced[sq.kv_offset + j]; ++tries)
+      j = rng.uniform_int(sq.kv_len, c.s_kv - sq.kv_offset - 1);
+    in.indices[slot] = j;
+  }
+  const uint16_t nan_bits = hmla_test::input_nan_bits(hmla::DType::kBF16);
+  in.kv.assign(static_cast<size_t>(c.s_kv) * in.kv_stride, nan_bits);
+  for (int64_t r = 0; r < c.s_kv; ++r)
+    if (referenced[r])
+      for (int d = 0; d < c.d_qk; ++d)
+        in.kv[r * in.kv_stride + d] = hmla_test::float_to_bf16_bits(static_cast<float>(rng.normal()));
+
+  if (c.lengths != Lengths::kNone) {
+    for (int t = 0; t < in.s_q; ++t) {
+      const int l = c.lengths == Lengths::kPastTopk ? c.topk + rng.uniform_int(1, 1000)
+                                                    : (t == 0 ? 0 : rng.uniform_int(0, c.topk));
+      in.lengths.push_back(l);
+      in.ref_lengths.push_back(std::min(l, c.topk));
+    }
+  }
+  if (c.sink != Sink::kNone) {
+    for (int h = 0; h < c.h_q; ++h)
+      in.sink.push_back(c.sink == Sink::kFinite     ? static_cast<float>(rng.normal())
+                        : c.sink == Sink::kMinusInf ? -INFINITY
+                                                    : INFINITY);
+  }
+  return in;
+}
+
+// The inputs on the device, and the parameters of a call over all of them (outputs unset).
+struct VarlenDevice {
+  DeviceBuffer q, kv, indices, lengths, sink, cu, offset, len;
+  hmla::SparsePrefillParams p;
+
+  VarlenDevice(const VarlenCase& c, const VarlenInputs& in)
+      : q(in.q.size() * 2), kv(in.kv.size() * 2), indices(in.indices.size() * 4), lengths(in.lengths.size() * 4),
+        sink(in.sink.size() * 4), cu(in.cu.size() * 4), offset(in.offset.size() * 4), len(in.len.size() * 4) {
+    q.upload(in.q.data(), in.q.size() * 2);
+    kv.upload(in.kv.data(), in.kv.size() * 2);
+    indices.upload(in.indices.data(), in.indices.size() * 4);
+    if (!in.lengths.empty()) lengths.upload(in.lengths.data(), in.lengths.size() * 4);
+    if (!in.sink.empty()) sink.upload(in.sink.data(), in.sink.size() * 4);
+    cu.upload(in.cu.data(), in.cu.size() * 4);
+    offset.upload(in.offset.data(), in.offset.size() * 4);
+    len.upload(in.len.data(), in.len.size() * 4);
+    p.s_q = in.s_q;
+    p.s_kv = c.s_kv;
+    p.h_q = c.h_q;
+    p.d_qk = c.d_qk;
+    p.d_v = 512;
+    p.q = q.as<uint16_t>();
+    p.q_token_stride = static_cast<int64_t>(c.h_q) * c.d_qk;
+    p.q_head_stride = c.d_qk;
+    p.kv = kv.as<uint16_t>();
+    p.kv_token_stride = in.kv_stride;
+    p.indices = indices.as<int32_t>();
+    p.topk = c.topk;
+    p.indices_token_stride = c.topk;
+    p.topk_length = in.lengths.empty() ? nullptr : lengths.as<int32_t>();
+    p.attn_sink = in.sink.empty() ? nullptr : sink.as<float>();
+    p.softmax_scale = 0.f;
+  }
+  // The batched call over every sequence.
+  hmla::SparsePrefillParams batched(int num_seqs) const {
+    hmla::SparsePrefillParams b = p;
+    b.num_seqs = num_seqs;
+    b.cu_seqlens_q = cu.as<int32_t>();
+    b.seq_kv_offset = offset.as<int32_t>();
+    b.seq_kv_len = len.as<int32_t>();
+    return b;
+  }
+  // The flat call on the sub-problem of tokens [token0, token0 + n_q) and kv rows [kv_offset, +
+  // kv_len): the parameters of the same data, the pointers moved.
+  hmla::SparsePrefillParams flat(int token0, int n_q, int kv_offset, int kv_len) const {
+    hmla::SparsePrefillParams f = p;
+    f.s_q = n_q;
+    f.s_kv = kv_len;
+    f.q = p.q + token0 * p.q_token_stride;
+    f.kv = p.kv + kv_offset * p.kv_token_stride;
+    f.indices = p.indices + token0 * p.indices_token_stride;
+    if (f.topk_length != nullptr) f.topk_length = p.topk_length + token0;
+    return f;
+  }
+};
+
+// The reference on the sub-problem of tokens [token0, token0 + n_q) over kv rows [kv_offset, +
+// kv_len) (kv_len 0 allowed: every index invalid). ref_out dense [s_q][h_q][512], lse / max [s_q][h_q].
+void reference_rows(const VarlenCase& c, const VarlenInputs& in, int token0, int n_q, int kv_offset, int kv_len,
+                    std::vector<float>& ref_out, std::vector<float>& ref_lse, std::vector<float>& ref_max) {
+  hmla::SparsePrefillParams r;
+  r.s_q = n_q;
+  r.s_kv = kv_len;
+  r.h_q = c.h_q;
+  r.d_qk = c.d_qk;
+  r.d_v = 512;
+  r.q_token_stride = static_cast<int64_t>(c.h_q) * c.d_qk;
+  r.q_head_stride = c.d_qk;
+  r.q = in.q.data() + token0 * r.q_token_stride;
+  r.kv_token_stride = in.kv_stride;
+  r.kv = in.kv.data() + static_cast<int64_t>(kv_offset) * in.kv_stride;
+  r.topk = c.topk;
+  r.indices_token_stride = c.topk;
+  r.indices = in.indices.data() + static_cast<int64_t>(token0) * c.topk;
+  r.topk_length = in.ref_lengths.empty() ? nullptr : in.ref_lengths.data() + token0;
+  r.attn_sink = in.sink.empty() ? nullptr : in.sink.data();
+  const int64_t rows = static_cast<int64_t>(token0) * c.h_q;
+  r.lse = ref_lse.data() + rows;
+  r.max_logits = ref_max.data() + rows;
+  hmla::reference::sparse_prefill(r, ref_out.data() + rows * 512);
+}
+
+void run_varlen_case(const VarlenCase& c) {
+  const VarlenInputs in = make_varlen_inputs(c);
+  const int num_seqs = static_cast<int>(c.seqs.size());
+  VarlenDevice dev(c, in);
+
+  PrefillOutputs batched(in.s_q, c.h_q, in.out_head_stride);
+  hmla::SparsePrefillParams b = dev.batched(num_seqs);
+  batched.attach(b);
+  hmla::sparse_prefill_run(b, nullptr);
+  HMLA_TEST_CUDA_CHECK(cudaDeviceSynchronize());
+  batched.download();
+
+  PrefillOutputs flat(in.s_q, c.h_q, in.out_head_stride);
+  std::vector<float> ref_out(static_cast<size_t>(in.s_q) * c.h_q * 512);
+  std::vector<float> ref_lse(static_cast<size_t>(in.s_q) * c.h_q), ref_max(ref_lse.size());
+  for (int i = 0; i < num_seqs; ++i) {
+    const Seq& sq = c.seqs[i];
+    ASSERT_GE(sq.kv_len, 1) << c.name << ": a flat call needs s_kv >= 1";
+    ASSERT_LE(sq.kv_offset + sq.kv_len, c.s_kv) << c.name;
+    if (sq.n_q == 0) continue;
+    hmla::SparsePrefillParams f = dev.flat(in.cu[i], sq.n_q, sq.kv_offset, sq.kv_len);
+    flat.attach(f, in.cu[i]);
+    hmla::sparse_prefill_run(f, nullptr);
+    reference_rows(c, in, in.cu[i], sq.n_q, sq.kv_offset, sq.kv_len, ref_out, ref_lse, ref_max);
+  }
+  HMLA_TEST_CUDA_CHECK(cudaDeviceSynchronize());
+  flat.download();
+
+  // The same CTA computes the same tiles from the same data in both: equal bit for bit, NaN
+  // poison in the padding included.
+  EXPECT_TRUE(batched.out == flat.out) << c.name << ": out differs from the per-sequence calls";
+  EXPECT_TRUE(bitwise_equal(batched.lse, flat.lse)) << c.name << ": lse differs from the per-sequence calls";
+  EXPECT_TRUE(bitwise_equal(batched.max_logits, flat.max_logits))
+      << c.name << ": max_logits differs from the per-sequence calls";
+
+  Comparison cmp;
+  for (int i = 0; i < num_seqs; ++i) {
+    for (int t = in.cu[i]; t < in.cu[i + 1]; ++t) {
+      const int64_t sh = static_cast<int64_t>(t) * c.h_q;
+      cmp.token("sequence " + std::to_string(i) + " token " + std::to_string(t), c.h_q,
+                batched.out.data() + t * batched.out_token_stride, batched.out_head_stride, batched.lse.data() + sh,
+                batched.max_logits.data() + sh, ref_out.data() + sh * 512, ref_lse.data() + sh, ref_max.data() + sh);
+    }
+  }
+  batched.check_padding(cmp);
+  EXPECT_EQ(cmp.bad, 0) << c.name << ": " << cmp.bad << " bad values, first: " << cmp.first_bad;
+  EXPECT_LE(cmp.rel(), 4e-3) << c.name << ": relative L2 error of out";
+}
+
+std::vector<VarlenCase> varlen_cases() {
+  std::vector<Seq> many;  // a decode-sized batch: 33 sequences of 1-5 tokens, overlapping kv ranges
+  for (int i = 0; i < 33; ++i) many.push_back({1 + i % 5, 50 * i, 100 + (i * 37) % 200});
+  return {
+      // A single-token sequence inside another's range; the last range ends at s_kv.
+      {"varlen_d576_h64_4seqs", 576, 64, 3000, 200, {{37, 0, 1000}, {1, 500, 1200}, {64, 1700, 64}, {20, 2000, 1000}},
+       Lengths::kRandom, Sink::kFinite, false},
+      // Several tiles per token, and a sequence with no query token between two others.
+      {"varlen_d512_h128_topk2048", 512, 128, 6000, 2048, {{3, 0, 4000}, {1, 4000, 2000}, {0, 100, 10}, {4, 2500, 2500}},
+       Lengths::kNone, Sink::kNone, false},
+      // h_q < 64, padded rows, a sequence of one kv row, lengths past topk.
+      {"varlen_d576_h16_padded", 576, 16, 700, 65, {{5, 600, 100}, {1, 0, 1}, {40, 0, 700}, {2, 699, 1}},
+       Lengths::kPastTopk, Sink::kMinusInf, true},
+      // FlashMLA's flat form as one sequence: offset 0, all of kv.
+      {"varlen_d512_h100_one_seq", 512, 100, 4096, 100, {{50, 0, 4096}}, Lengths::kRandom, Sink::kPlusInf, true},
+      {"varlen_d576_h64_33seqs", 576, 64, 2000, 64, many, Lengths::kRandom, Sink::kFinite, false},
+  };
+}
+
+class SparsePrefillVarlen : public ::testing::TestWithParam<VarlenCase> {};
+TEST_P(SparsePrefillVarlen, MatchesPerSequenceCalls) { run_varlen_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Cases, SparsePrefillVarlen, ::testing::ValuesIn(varlen_cases()),
+                         [](const ::testing::TestParamInfo<VarlenCase>& i) { return i.param.name; });
+
+class SparsePrefillSanitizerVarlen : public ::testing::TestWithParam<VarlenCase> {};
+TEST_P(SparsePrefillSanitizerVarlen, MatchesPerSequenceCalls) { run_varlen_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(
+    Subset, SparsePrefillSanitizerVarlen,
+    ::testing::Values(VarlenCase{"sanitizer_varlen_d576_h64", 576, 64, 300, 100, {{2, 0, 150}, {1, 100, 200}, {3, 250, 50}},
+                                 Lengths::kRandom, Sink::kFinite, true}),
+    [](const ::testing::TestParamInfo<VarlenCase>& i) { return i.param.name; });
+
+// Device-side garbage in the three arrays (docs/API.md, contract 3): a token in no sequence has no
+// valid key; offsets are clamped into [0, s_kv] and lengths into [0, s_kv - offset]. With a
+// non-decreasing cu_seqlens_q the token's sequence is exact; without, it is one whose range holds
+// the token, or none. Every kv row that no reading of the arrays could name is NaN.
+struct Garbage {
+  std::string name;
+  std::vector<int32_t> cu, offset, len;
+  bool monotone;
+};
+
+TEST(SparsePrefillSanitizerVarlenDeviceValues, DefinedOutputs) {
+  constexpr int32_t kMin = std::numeric_limits<int32_t>::min(), kMax = std::numeric_limits<int32_t>::max();
+  const Garbage garbage[] = {
+      // tokens before cu[0] and from cu[num_seqs] on; a negative offset, a length past kv, an
+      // offset past kv
+      {"monotone", {5, 12, 12, 30, 35}, {-7, 100, 250, 1000}, {50, 5, 2000, 10}, true},
+      // extreme values: int32 limits in every array (offset + length past int32)
+      {"extremes", {kMin, -1, 10, 10, kMax}, {0, kMax, 0, 280}, {300, kMax, -5, kMax}, true},
+      // ranges out of order and overlapping
+      {"not_monotone", {0, 30, 10, 20, 25}, {0, 50, 100, 150}, {50, 50, 50, 50}, false},
+  };
+  const int s_q = 40, s_kv = 300;
+  for (const Garbage& g : garbage) {
+    SCOPED_TRACE(g.name);
+    const int num_seqs = static_cast<int>(g.offset.size());
+    VarlenCase c{"device_values_" + g.name, 576, 64, s_kv, 64, {}, Lengths::kNone, Sink::kNone, false};
+    // The (clamped) kv range of each sequence whose range [cu[i], cu[i + 1]) holds token t.
+    auto clamped = [&](int i) {
+      const int64_t o = std::clamp<int64_t>(g.offset[i], 0, s_kv);
+      const int64_t l = std::clamp<int64_t>(g.len[i], 0, s_kv - o);
+      return std::pair<int, int>(l == 0 ? 0 : static_cast<int>(o), static_cast<int>(l));
+    };
+    std::vector<std::vector<std::pair<int, int>>> candidates(s_q);
+    for (int t = 0; t < s_q; ++t)
+      for (int i = 0; i < num_seqs; ++i)
+        if (g.cu[i] <= t && t < g.cu[i + 1]) candidates[t].push_back(clamped(i));
+
+    Rng rng(hmla_test::hash_string(c.name));
+    VarlenInputs in;
+    in.s_q = s_q;
+    in.kv_stride = c.d_qk;
+    in.out_head_stride = 512;
+    in.cu = g.cu;
+    in.offset = g.offset;
+    in.len = g.len;
+    in.q.resize(static_cast<size_t>(s_q) * c.h_q * c.d_qk);
+    for (auto& x : in.q) x = hmla_test::float_to_bf16_bits(static_cast<float>(rng.normal()));
+    in.indices.resize(static_cast<size_t>(s_q) * c.topk);
+    for (auto& x : in.indices) x = rng.uniform_int(-3, 63);  // past the 50-row sequences' ends too
+    std::vector<char> referenced(s_kv, 0);
+    for (int t = 0; t < s_q; ++t)
+      for (const auto& [o, l] : candidates[t])
+        for (int k = 0; k < c.topk; ++k) {
+          const int32_t j = in.indices[static_cast<size_t>(t) * c.topk + k];
+          if (j >= 0 && j < l) referenced[o + j] = 1;
+        }
+    in.kv.assign(static_cast<size_t>(s_kv) * in.kv_stride, hmla_test::input_nan_bits(hmla::DType::kBF16));
+    for (int64_t r = 0; r < s_kv; ++r)
+      if (referenced[r])
+        for (int d = 0; d < c.d_qk; ++d)
+          in.kv[r * in.kv_stride + d] = hmla_test::float_to_bf16_bits(static_cast<float>(rng.normal()));
+
+    VarlenDevice dev(c, in);
+    PrefillOutputs got(s_q, c.h_q, in.out_head_stride);
+    hmla::SparsePrefillParams b = dev.batched(num_seqs);
+    got.attach(b);
+    hmla::sparse_prefill_run(b, nullptr);
+    HMLA_TEST_CUDA_CHECK(cudaDeviceSynchronize());
+    got.download();
+
+    std::vector<float> ref_out(static_cast<size_t>(s_q) * c.h_q * 512);
+    std::vector<float> ref_lse(static_cast<size_t>(s_q) * c.h_q), ref_max(ref_lse.size());
+    for (int t = 0; t < s_q; ++t) {
+      // A token in no sequence is the sub-problem over no kv row. Without monotone ranges the
+      // search may also miss the ranges that hold the token.
+      std::vector<std::pair<int, int>> allowed = candidates[t];
+      if (allowed.empty() || !g.monotone) allowed.push_back({0, 0});
+      if (g.monotone) ASSERT_EQ(allowed.size(), 1u) << "token " << t;
+      bool matched = false;
+      std::string why;
+      for (const auto& [o, l] : allowed) {
+        reference_rows(c, in, t, 1, o, l, ref_out, ref_lse, ref_max);
+        const int64_t sh = static_cast<int64_t>(t) * c.h_q;
+        Comparison cmp;
+        cmp.token("token " + std::to_string(t), c.h_q, got.out.data() + t * got.out_token_stride, got.out_head_stride,
+                  got.lse.data() + sh, got.max_logits.data() + sh, ref_out.data() + sh * 512, ref_lse.data() + sh,
+                  ref_max.data() + sh);
+        if (cmp.ok()) {
+          matched = true;
+          break;
+        }
+        why += " [kv rows " + std::to_string(o) + " + " + std::to_string(l) + ": " + std::to_string(cmp.bad) +
+               " bad, first: " + cmp.first_bad + "]";
+      }
+      EXPECT_TRUE(matched) << "token " << t << " matches none of its sequences:" << why;
+    }
+  }
+}
 }  // namespace

@@ -319,12 +319,45 @@ __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(dev::smem_addr(bar)) : "memory");
 }
 
+// The kv rows that sparse prefill's query token `token` indexes: all of kv in the flat form; in the
+// batched form those of its sequence, the i with cu_seqlens_q[i] <= token < cu_seqlens_q[i + 1],
+// found by binary search (exact when cu_seqlens_q is non-decreasing). The arrays are device data
+// that the host never saw: a token in no sequence gets no row (every index invalid: out 0, lse
+// +inf), and the offset and length are clamped into kv, so no value reads outside the arrays or kv.
+__device__ __forceinline__ SparseCacheView sequence_rows(const KernelParams& p, int token) {
+  SparseCacheView rows = p.cache;
+  if (p.num_seqs == 0) return rows;
+  int lo = 0, hi = p.num_seqs;  // the last i in [0, num_seqs) with cu_seqlens_q[i] <= token is lo - 1
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (__ldg(p.cu_seqlens_q + mid) <= token)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  const int seq = lo - 1;
+  int64_t offset = 0, len = 0;
+  if (seq >= 0 && token < __ldg(p.cu_seqlens_q + seq + 1)) {
+    const int64_t o = __ldg(p.seq_kv_offset + seq), l = __ldg(p.seq_kv_len + seq);
+    offset = o < 0 ? 0 : (o > rows.num_slots ? rows.num_slots : o);
+    len = l < 0 ? 0 : (l > rows.num_slots - offset ? rows.num_slots - offset : l);
+  }
+  // Invalid tokens zero-fill from rows.data, which must stay an address inside kv: with no row, the
+  // first row of kv rather than one past its end.
+  if (len == 0) offset = 0;
+  rows.data += offset * rows.block_stride_bytes;
+  rows.num_slots = len;
+  return rows;
+}
+
 // The producers of bf16 rows (sparse prefill): each warp copies its 16 tokens of a tile straight into
 // the 128-byte-swizzled K stage with cp.async, 16 bytes per instruction, a row's pieces spread over
 // the lanes; an invalid token's pieces are zero-filled from the first row, never from its index.
+// `rows` is the request's sequence_rows (prefill has no extra list).
 template <typename Cfg>
 __device__ void copy_producer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
-                                   const detail::PartMetadata& meta) {
+                                   const detail::PartMetadata& meta, const SparseCacheView rows) {
+  static_assert(Cfg::kPrefill, "one CTA per query token: one sequence's rows");
   using Format = typename Cfg::Format;
   constexpr int kTokens = Cfg::kTokensPerProducerWarp;
   constexpr int kCopies = kTokens * Format::kPieces;
@@ -337,7 +370,6 @@ __device__ void copy_producer_loop(typename Cfg::SharedStorage& smem, const Kern
   for (int n = 0; !cur.done(meta); ++n, cur.next(p, meta)) {
     const int stage = n % Cfg::kStages;
     const PendingTile t = cur.pending<Cfg>(p, row0, lane);
-    const SparseCacheView& rows = t.extra ? p.extra_cache : p.cache;
     const bool valid = t.index >= 0 && static_cast<int64_t>(t.index) < rows.num_slots;
     const uint32_t mask = __ballot_sync(0xffffffffu, valid);
     const uint8_t* row = valid ? rows.data + static_cast<int64_t>(t.index) * rows.block_stride_bytes : rows.data;
@@ -681,7 +713,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (warpgroup == 0) {
     dev::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
     if constexpr (Cfg::Format::kBf16)
-      copy_producer_loop<Cfg>(smem, p, meta);
+      copy_producer_loop<Cfg>(smem, p, meta, sequence_rows(p, part));
     else
       producer_loop<Cfg>(smem, p, meta);
   } else if (warpgroup == 1) {

@@ -50,6 +50,13 @@ struct KernelParams {
   // per query token (the grid's x is token * num_m_blocks + tile).
   float* max_logits;
   int num_m_blocks;
+  // Sparse prefill's batched form (num_seqs > 0; SparsePrefillParams): `cache` is all of kv, and
+  // each CTA narrows it to its token's sequence (sequence_rows). Last, so that the decode kernels'
+  // parameters keep their offsets.
+  int num_seqs;
+  const int32_t* cu_seqlens_q;
+  const int32_t* seq_kv_offset;
+  const int32_t* seq_kv_len;
 };
 
 template <SparseCacheLayout kLayout>

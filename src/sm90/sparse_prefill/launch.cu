@@ -6,6 +6,9 @@
 //   - Each query token is a request of its own, batch entry = token and s_q = 1, which maps out
 //     [s_q, h_q, 512] and lse / max_logits [s_q, h_q] onto decode's [batch, s_q, h, d] and
 //     [batch, h, s_q].
+//   - The batched form passes its three arrays through: the cache stays all of kv, and each CTA
+//     narrows it to its token's sequence on the device (sequence_rows in the kernel), since the
+//     host cannot read the arrays without a synchronisation.
 #include "sm90/sparse_prefill/launch.h"
 
 #include "common/cuda_check.h"
@@ -41,6 +44,10 @@ void launch(const SparsePrefillParams& params, cudaStream_t stream) {
   kp.lse_head_stride = 1;
   kp.max_logits = params.max_logits;
   kp.num_m_blocks = (params.h_q + 63) / 64;
+  kp.num_seqs = params.num_seqs;
+  kp.cu_seqlens_q = params.cu_seqlens_q;
+  kp.seq_kv_offset = params.seq_kv_offset;
+  kp.seq_kv_len = params.seq_kv_len;
 
   if (params.d_qk == 576)
     sparse_decode::launch_prefill_kernel<576>(q_map, kp, stream);
