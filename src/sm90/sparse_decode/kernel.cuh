@@ -61,19 +61,29 @@ __device__ __forceinline__ void st_swizzled(uint32_t tile, int chunk, int row, i
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
-
-__device__ __forceinline__ uint4 ldg_nc_u128(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+// The same, by the lanes for which `store` holds: a predicated instruction, not a branch (a branch
+// around the lanes with no NoPE piece, MODEL1's last four, splits the warp every token).
+__device__ __forceinline__ void st_swizzled_if(uint32_t tile, int chunk, int row, int group, uint4 v, bool store) {
+  const uint32_t addr = tile + chunk * (64 * 128) + row * 128 + ((group ^ (row & 7)) << 4);
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n}" ::"r"(addr),
+      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(static_cast<int>(store))
+      : "memory");
 }
 
-__device__ __forceinline__ uint32_t ldg_nc_u32(const uint8_t* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
+// Predicated loads into the registers they fill (left as they are when `load` is false). The C++
+// form `v = 0; if (load) v = ldg(p)` lets the compiler load into a temporary and move it into v,
+// and the move waits for the load: the loads would then not overlap anything.
+__device__ __forceinline__ void ldg_nc_u128_if(uint4& v, const uint8_t* p, bool load) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "l"(p), "r"(static_cast<int>(load)));
+}
+__device__ __forceinline__ void ldg_nc_u32_if(uint32_t& v, const uint8_t* p, bool load) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p ld.global.nc.u32 %0, [%1];\n}"
+               : "+r"(v)
+               : "l"(p), "r"(static_cast<int>(load)));
 }
 
 __device__ __forceinline__ const uint8_t* shfl_ptr(const uint8_t* p, int lane) {
@@ -150,10 +160,23 @@ struct TileRows {
   uint32_t scale_words[kScaleRegs];  // word lane % kScaleWords of token lane / kScaleWords + kTokensPerScaleReg j
   uint32_t valid;
 
+  // Register slot i of a lane holds token i, or token i ^ 1 for a lane whose piece lies in an odd
+  // 64-column chunk: then one store instruction writes row r of the even chunks and row r ^ 1 of the
+  // odd ones, whose swizzled 16-byte groups fall in the other half of the banks, so it covers all 32
+  // banks without the lanes swapping the halves of their pieces (8 selects per token).
+  // MODEL1 (7 NoPE chunks) keeps the swap of halves instead: paired rows there made ptxas spill 416
+  // bytes.
+  static constexpr bool kPairedRows = Format::kNope == 512;
+  static __device__ __forceinline__ int token_of_slot(int i, int lane) {
+    return kPairedRows ? i ^ ((lane / 4) & 1) : i;
+  }
+  static_assert(kTokens % 2 == 0 && kTokensPerScaleReg % 2 == 0, "slots i and i ^ 1 pair up");
+
   __device__ __forceinline__ void load_nope(const TokenSlots& slots, int i, int lane) {
-    const uint8_t* d = shfl_ptr(slots.data, i);
+    const int t = token_of_slot(i, lane);
+    const uint8_t* d = shfl_ptr(slots.data, t);
     nope[i] = make_uint4(0, 0, 0, 0);
-    if (((slots.valid >> i) & 1u) && lane < kNopePieces) nope[i] = ldg_nc_u128(d + 16 * lane);
+    ldg_nc_u128_if(nope[i], d + 16 * lane, ((slots.valid >> t) & 1u) && lane < kNopePieces);
   }
   __device__ __forceinline__ void load_rope(const TokenSlots& slots, int lane) {
 #pragma unroll
@@ -161,7 +184,7 @@ struct TileRows {
       const int t = lane / 8 + 4 * j;
       const uint8_t* d = shfl_ptr(slots.data, t);
       rope[j] = make_uint4(0, 0, 0, 0);
-      if ((slots.valid >> t) & 1u) rope[j] = ldg_nc_u128(d + Format::kRopeOffset + 16 * (lane % 8));
+      ldg_nc_u128_if(rope[j], d + Format::kRopeOffset + 16 * (lane % 8), (slots.valid >> t) & 1u);
     }
   }
   __device__ static __forceinline__ void load_scales(const TokenSlots& slots, int lane, uint32_t (&words)[kScaleRegs]) {
@@ -170,7 +193,7 @@ struct TileRows {
       const int t = lane / Format::kScaleWords + kTokensPerScaleReg * j;
       const uint8_t* s = shfl_ptr(slots.scales, t);
       words[j] = 0u;  // an invalid token's values are 0 and stay 0
-      if ((slots.valid >> t) & 1u) words[j] = ldg_nc_u32(s + 4 * (lane % Format::kScaleWords));
+      ldg_nc_u32_if(words[j], s + 4 * (lane % Format::kScaleWords), (slots.valid >> t) & 1u);
     }
   }
 
@@ -188,20 +211,25 @@ struct TileRows {
   __device__ __forceinline__ void store_and_refill(uint32_t tile, int row0, const TokenSlots& next, int lane) {
     uint32_t next_scale_words[kScaleRegs];
     if constexpr (kRefill) load_scales(next, lane, next_scale_words);
-    // Lanes that store two groups of the same 128-byte row segment at once would share banks: lanes
-    // whose piece lies in an odd chunk store their high half first, so each store instruction covers
-    // all eight groups of a row segment.
-    const bool odd_chunk = (lane / 4) & 1;
     const int group = 2 * (lane % 4);
 #pragma unroll
     for (int i = 0; i < kTokens; ++i) {
-      const int source = (i % kTokensPerScaleReg) * Format::kScaleWords + Format::scale_word_of_piece(lane);
+      const int t = token_of_slot(i, lane);  // i / kTokensPerScaleReg == t / kTokensPerScaleReg
+      const int source = (t % kTokensPerScaleReg) * Format::kScaleWords + Format::scale_word_of_piece(lane);
       const uint32_t word = __shfl_sync(0xffffffffu, scale_words[i / kTokensPerScaleReg], source);
-      if (lane < kNopePieces) {
-        uint4 lo, hi;
-        dev::dequant16_e4m3_to_bf16(nope[i], Format::scale_of_piece(word, lane), lo, hi);
-        st_swizzled(tile, lane / 4, row0 + i, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo);
-        st_swizzled(tile, lane / 4, row0 + i, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi);
+      // Lanes with no NoPE piece (MODEL1's last four) dequantise zeros and store nothing.
+      const bool has_piece = lane < kNopePieces;
+      uint4 lo, hi;
+      dev::dequant16_e4m3_to_bf16(nope[i], Format::scale_of_piece(word, lane), lo, hi);
+      if constexpr (kPairedRows) {
+        st_swizzled_if(tile, lane / 4, row0 + t, group, lo, has_piece);
+        st_swizzled_if(tile, lane / 4, row0 + t, group + 1, hi, has_piece);
+      } else {
+        // Lanes whose piece lies in an odd chunk store their high half first, so that each store
+        // instruction covers all eight 16-byte groups of a row segment.
+        const bool odd_chunk = (lane / 4) & 1;
+        st_swizzled_if(tile, lane / 4, row0 + t, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo, has_piece);
+        st_swizzled_if(tile, lane / 4, row0 + t, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi, has_piece);
       }
       if constexpr (kRefill) load_nope(next, i, lane);
     }
