@@ -76,12 +76,17 @@ if [ "$mode" = breakdown ]; then
 fi
 
 row=("$@")
-# HMLA_PROFILE_FAMILY=sparse-decode profiles the sparse kernel (its row's flags as for hmla-bench).
+# HMLA_PROFILE_FAMILY=sparse-decode or sparse-prefill profiles a sparse kernel (its row's flags as for
+# hmla-bench; sparse prefill runs the sparse decode kernel template in its prefill configuration).
 family=${HMLA_PROFILE_FAMILY:-dense-decode}
 kernel=${family//-/_}_kernel
+[ "$family" = sparse-prefill ] && kernel=sparse_decode_kernel
 if [ ${#row[@]} -eq 0 ]; then
-  if [ "$family" = sparse-decode ]; then row=(--layout v32 --b 128 --s-q 1 --h-q 64 --topk 2048)
-  else row=(--b 128 --s-q 2 --h-q 128 --s-k 8192); fi
+  case "$family" in
+    sparse-decode) row=(--layout v32 --b 128 --s-q 1 --h-q 64 --topk 2048) ;;
+    sparse-prefill) row=(--s-q 4096 --h-q 64 --d-qk 576 --s-kv 8192 --topk 2048) ;;
+    *) row=(--b 128 --s-q 2 --h-q 128 --s-k 8192) ;;
+  esac
 fi
 report="$OUT/profile"
 timeout "${HMLA_PROFILE_TIMEOUT:-300}" ncu --clock-control none --kernel-name regex:"$kernel" --launch-skip 3 --launch-count 1 \

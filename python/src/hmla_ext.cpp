@@ -9,6 +9,7 @@
 // allocated by the caller's framework in Python.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
 
 #include <cuda_runtime_api.h>
 

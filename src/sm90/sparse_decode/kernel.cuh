@@ -569,12 +569,16 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
           mma_s.accumulate_ = GMMA::ScaleOut::One;
         }
         warpgroup_commit_batch();
-        // Waiting for S also retires this warpgroup's P V of the previous tile (wgmma completes in
-        // order), which releases that tile's stage.
+        // The previous tile's P V was committed before this S: once it retires (wgmma batches
+        // complete in order), its stage is released while S still runs, so the producers refill
+        // it an S earlier than if the release waited for S.
+        if (u > q.u0) {
+          warpgroup_wait<1>();
+          dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
+        }
         warpgroup_wait<0>();
         warpgroup_fence_operand(tSrS);
         warpgroup_fence_operand(c.tOrO);
-        if (u > q.u0) dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
         // Q is read by S only: once the request's last S is done, the next request's Q loads while
         // this one's softmax, P V and epilogue run.
         if (last && r < meta.end_req) {
