@@ -37,20 +37,9 @@ from torch.utils.dlpack import to_dlpack
 HOST_CHUNK = 50  # calls per host-time chunk: fewer launches than the queue holds
 
 
-def flashmla_beside(q, k, bt, sl, timed, repeats):
-    """FlashMLA's figures on the same call when it is importable (PYTHONPATH of
-    ../shared/anchors/compare/build_flashmla.sh), else None: its eager wall clock and host time, its
-    kernels in a graph, and its overhead over them, measured as hmla's are."""
-    try:
-        import flash_mla
-    except ImportError:
-        return None
-    meta = flash_mla.get_mla_metadata()[0]
-    call = lambda: flash_mla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta, None, causal=False)  # noqa: E731
-    for _ in range(50):
-        call()
-    torch.cuda.synchronize()
-    n = 1000
+def graph_timer(call, n):
+    """n calls of `call` captured in one CUDA graph; returns a function timing one replay, in
+    microseconds per call on the GPU (CUDA events): the kernels alone, with no host cost."""
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(n):
@@ -66,6 +55,23 @@ def flashmla_beside(q, k, bt, sl, timed, repeats):
         torch.cuda.synchronize()
         return e0.elapsed_time(e1) * 1e3 / n
 
+    return graph_gpu
+
+
+def flashmla_beside(q, k, bt, sl, timed, repeats):
+    """FlashMLA's figures on the same call when it is importable (PYTHONPATH of
+    ../shared/anchors/compare/build_flashmla.sh), else None: its eager wall clock and host time, its
+    kernels in a graph, and its overhead over them, measured as hmla's are."""
+    try:
+        import flash_mla
+    except ImportError:
+        return None
+    meta = flash_mla.get_mla_metadata()[0]
+    call = lambda: flash_mla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta, None, causal=False)  # noqa: E731
+    for _ in range(50):
+        call()
+    torch.cuda.synchronize()
+    graph_gpu = graph_timer(call, 1000)
     res = {name: statistics.median(f() for _ in range(repeats))
            for name, f in (("graph_gpu_us", graph_gpu), ("eager_wall_us", timed(call, True)),
                            ("python_host_us", timed(call, False)))}
@@ -137,20 +143,7 @@ def main():
         return total / (chunks * HOST_CHUNK) * 1e6
 
     # The kernels alone: n calls in one graph (metadata planned before the capture: run only).
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            call()
-    g.replay()
-    torch.cuda.synchronize()
-
-    def graph_gpu():
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        torch.cuda.synchronize()
-        return e0.elapsed_time(e1) * 1e3 / n
+    graph_gpu = graph_timer(call, n)
 
     # The same call in a compiled function. The metadata object is the eager calls' (planned): the
     # first compiled call plans once more into its workspace, the recompiled graph of later calls
