@@ -18,6 +18,12 @@
 // sequence's kv length but inside kv name NaN rows wherever possible (other sequences' ranges
 // included), so an unmasked one shows. Device-side garbage in the three arrays: defined outputs
 // (docs/API.md, contract 3) and no out-of-bounds read.
+// Cases: SparsePrefillGrid, a pairwise covering list over d_qk {576, 512} x h_q {1, 16, 64, 100, 128}
+// x topk {1, 64, 100, 2048, 5000} x s_q {1, 63, 1000} x s_kv {1, 4096, 131072} x sink x topk_length
+// {none, random with 0, past topk} x invalid {0, 10, 100 %} x padded strides (every value of every
+// axis, every pair of two); SparsePrefill, named cases; the varlen and sanitizer suites below. The
+// reference checks every token of a case when that costs at most 1.5e9 multiply-adds, else an even
+// sample of them (first and last included).
 // Filter: *SparsePrefill*; the sanitizer subset is *SparsePrefillSanitizer*.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -31,6 +37,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "pairwise.h"
 #include "hmla/reference.h"
 #include "hmla/sparse_prefill.h"
 
@@ -192,7 +199,16 @@ void run_case(const PrefillCase& c) {
                                                  : INFINITY);
   }
 
-  // The reference, on the host copies.
+  // The tokens the reference checks: every one when that costs at most kRefBudget multiply-adds,
+  // else an even sample that fits it, the first and the last token included.
+  constexpr double kRefBudget = 1.5e9;
+  const double token_cost = static_cast<double>(c.h_q) * c.topk * (c.d_qk + 512);
+  const int n_check = static_cast<int>(std::min<double>(c.s_q, std::max(2.0, std::floor(kRefBudget / token_cost))));
+  std::vector<int> checked(n_check);
+  for (int i = 0; i < n_check; ++i)
+    checked[i] = n_check == c.s_q ? i : static_cast<int>(static_cast<int64_t>(i) * (c.s_q - 1) / (n_check - 1));
+
+  // The reference, on the host copies of the checked tokens.
   hmla::SparsePrefillParams p;
   p.s_q = c.s_q;
   p.s_kv = c.s_kv;
@@ -208,13 +224,22 @@ void run_case(const PrefillCase& c) {
   p.out_token_stride = out_token_stride;
   p.out_head_stride = out_head_stride;
   hmla::SparsePrefillParams ref = p;
-  std::vector<uint16_t> ref_out(static_cast<size_t>(c.s_q) * out_token_stride);
-  std::vector<float> ref_out_f32(static_cast<size_t>(c.s_q) * c.h_q * 512);
-  std::vector<float> ref_lse(static_cast<size_t>(c.s_q) * c.h_q), ref_max(ref_lse.size());
-  ref.q = q.data();
+  ref.s_q = n_check;
+  std::vector<uint16_t> ref_q(static_cast<size_t>(n_check) * c.h_q * c.d_qk);
+  std::vector<int32_t> ref_indices(static_cast<size_t>(n_check) * c.topk), ref_lengths_checked;
+  for (int i = 0; i < n_check; ++i) {
+    const size_t t = static_cast<size_t>(checked[i]);
+    std::copy_n(q.begin() + t * c.h_q * c.d_qk, c.h_q * c.d_qk, ref_q.begin() + static_cast<size_t>(i) * c.h_q * c.d_qk);
+    std::copy_n(indices.begin() + t * c.topk, c.topk, ref_indices.begin() + static_cast<size_t>(i) * c.topk);
+    if (!ref_lengths.empty()) ref_lengths_checked.push_back(ref_lengths[t]);
+  }
+  std::vector<uint16_t> ref_out(static_cast<size_t>(n_check) * out_token_stride);
+  std::vector<float> ref_out_f32(static_cast<size_t>(n_check) * c.h_q * 512);
+  std::vector<float> ref_lse(static_cast<size_t>(n_check) * c.h_q), ref_max(ref_lse.size());
+  ref.q = ref_q.data();
   ref.kv = kv.data();
-  ref.indices = indices.data();
-  ref.topk_length = ref_lengths.empty() ? nullptr : ref_lengths.data();
+  ref.indices = ref_indices.data();
+  ref.topk_length = ref_lengths_checked.empty() ? nullptr : ref_lengths_checked.data();
   ref.attn_sink = sink.empty() ? nullptr : sink.data();
   ref.out = ref_out.data();
   ref.max_logits = ref_max.data();
@@ -241,11 +266,12 @@ void run_case(const PrefillCase& c) {
   got.download();
 
   Comparison cmp;
-  for (int s = 0; s < c.s_q; ++s) {
-    const int64_t sh = static_cast<int64_t>(s) * c.h_q;
+  for (int i = 0; i < n_check; ++i) {
+    const int64_t s = checked[i];
+    const int64_t sh = s * c.h_q, rh = static_cast<int64_t>(i) * c.h_q;
     cmp.token("token " + std::to_string(s), c.h_q, got.out.data() + s * out_token_stride, out_head_stride,
-              got.lse.data() + sh, got.max_logits.data() + sh, ref_out_f32.data() + sh * 512, ref_lse.data() + sh,
-              ref_max.data() + sh);
+              got.lse.data() + sh, got.max_logits.data() + sh, ref_out_f32.data() + rh * 512, ref_lse.data() + rh,
+              ref_max.data() + rh);
   }
   got.check_padding(cmp);
   EXPECT_EQ(cmp.bad, 0) << c.name << ": " << cmp.bad << " bad values, first: " << cmp.first_bad;
@@ -270,6 +296,50 @@ std::vector<PrefillCase> cases() {
       {"d576_h128_s2_topk5000", 576, 128, 2, 131072, 5000, 0.3, Lengths::kNone, Sink::kNone, true},
   };
 }
+
+// A pairwise covering list over the axes of issue 26's test list: every value of every axis and every
+// pair of values of two axes in at least one case (tests/gpu/pairwise.h). The reference checks a
+// sample of the tokens of the large cases (s_q 1000 with topk 5000: run_case's budget).
+std::vector<PrefillCase> pairwise_cases() {
+  const int d_qks[] = {576, 512};
+  const int h_qs[] = {1, 16, 64, 100, 128};
+  const int topks[] = {1, 64, 100, 2048, 5000};
+  const int s_qs[] = {1, 63, 1000};
+  const int s_kvs[] = {1, 4096, 131072};
+  const Sink sinks[] = {Sink::kNone, Sink::kFinite, Sink::kMinusInf, Sink::kPlusInf};
+  const Lengths lengths[] = {Lengths::kNone, Lengths::kRandom, Lengths::kPastTopk};
+  const double invalid_rates[] = {0.0, 0.1, 1.0};
+  const char* sink_names[] = {"nosink", "sink", "sinkneginf", "sinkposinf"};
+  const char* length_names[] = {"", "_len", "_lenpast"};
+  enum { kDqk, kHq, kTopk, kSq, kSkv, kSink, kLengths, kInvalid, kPadded };
+  const std::vector<hmla_test::PairwiseAxis> axes = {{"d_qk", 2},  {"h_q", 5},     {"topk", 5},
+                                                      {"s_q", 3},   {"s_kv", 3},    {"sink", 4},
+                                                      {"lengths", 3}, {"invalid", 3}, {"padded", 2}};
+  std::vector<PrefillCase> out;
+  for (const std::vector<int>& r : hmla_test::pairwise_rows(axes, hmla_test::hash_string("prefill-pairwise"))) {
+    PrefillCase c;
+    c.d_qk = d_qks[r[kDqk]];
+    c.h_q = h_qs[r[kHq]];
+    c.topk = topks[r[kTopk]];
+    c.s_q = s_qs[r[kSq]];
+    c.s_kv = s_kvs[r[kSkv]];
+    c.sink = sinks[r[kSink]];
+    c.lengths = lengths[r[kLengths]];
+    c.invalid_rate = invalid_rates[r[kInvalid]];
+    c.padded = r[kPadded] != 0;
+    c.name = "grid" + std::to_string(out.size()) + "_d" + std::to_string(c.d_qk) + "_h" + std::to_string(c.h_q) +
+             "_s" + std::to_string(c.s_q) + "_skv" + std::to_string(c.s_kv) + "_topk" + std::to_string(c.topk) + "_" +
+             sink_names[r[kSink]] + length_names[r[kLengths]] + "_invalid" +
+             std::to_string(static_cast<int>(c.invalid_rate * 100)) + (c.padded ? "_padded" : "");
+    out.push_back(c);
+  }
+  return out;
+}
+
+class SparsePrefillGrid : public ::testing::TestWithParam<PrefillCase> {};
+TEST_P(SparsePrefillGrid, MatchesReference) { run_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Pairwise, SparsePrefillGrid, ::testing::ValuesIn(pairwise_cases()),
+                         [](const ::testing::TestParamInfo<PrefillCase>& i) { return i.param.name; });
 
 class SparsePrefill : public ::testing::TestWithParam<PrefillCase> {};
 TEST_P(SparsePrefill, MatchesReference) { run_case(GetParam()); }
