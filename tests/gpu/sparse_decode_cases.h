@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -292,6 +293,31 @@ inline std::vector<SparseCase> sparse_edge_cases() {
       add(c);
       c = sparse_case(std::string(sc.name) + "_b2_sq1_hq16_topk1", sc.layout, 2, 1, 16, 1);
       c.softmax_scale = sc.scale;  // one key: lse is the scaled score itself
+      add(c);
+    }
+  }
+
+  // ---- q and cache magnitudes far from the defaults, the softmax scale moved the other way so
+  // that the scores stay those of the default cases: q up to ~1e5 (beyond fp16's 65504: the
+  // kernel's power-of-two prescale of each request's Q absorbs it) and ~1e-5 (kept at full
+  // precision by the same prescale), and caches of values ~1e-4 (scales near 2^-20, applied as two
+  // f16 factors on V3.2: src/common/fp8_dequant.cuh)
+  {
+    const struct {
+      const char* name;
+      hmla::SparseCacheLayout layout;
+      float q_amplitude, kv_amplitude;
+    } magnitudes[] = {{"QHuge_MODEL1", m1, 2.5e4f, 0.1f},
+                      {"QHuge_V32", v32, 2.5e4f, 0.1f},
+                      {"QTiny_V32", v32, 2.5e-6f, 0.1f},
+                      {"KvTiny_V32", v32, 0.25f, 1e-4f},
+                      {"KvTiny_MODEL1", m1, 0.25f, 1e-4f}};
+    for (const auto& mg : magnitudes) {
+      SparseCase c = sparse_case(std::string(mg.name) + "_b3_sq2_hq64_topk2048", mg.layout, 3, 2, 64, 2048);
+      c.q_amplitude = mg.q_amplitude;
+      c.kv_amplitude = mg.kv_amplitude;
+      const double d_qk = mg.layout == v32 ? 576.0 : 512.0;
+      c.softmax_scale = static_cast<float>(1.0 / std::sqrt(d_qk) * (0.25 / mg.q_amplitude) * (0.1 / mg.kv_amplitude));
       add(c);
     }
   }

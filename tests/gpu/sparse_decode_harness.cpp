@@ -83,10 +83,11 @@ uint64_t case_seed(const SparseCase& c, const char* what) {
 std::string describe_case(const SparseCase& c) {
   std::string s =
       fmt("%s [%s b=%d s_q=%d h_q=%d topk=%d page=%d len=%s sink=%s invalid=%s dup=%d "
-          "strided=%d scale=%g num_sms=%d slack=%zu",
+          "strided=%d scale=%g |q|~%g |kv|~%g num_sms=%d slack=%zu",
           c.name.c_str(), cache_layout_name(c.layout), c.batch, c.s_q, c.h_q, c.topk, c.page_size,
           length_mode_name(c.topk_length), sink_mode_name(c.sink), invalid_mode_name(c.invalid),
-          c.duplicates ? 1 : 0, c.strided ? 1 : 0, c.softmax_scale, c.num_sms, c.workspace_slack);
+          c.duplicates ? 1 : 0, c.strided ? 1 : 0, c.softmax_scale, c.q_amplitude, c.kv_amplitude, c.num_sms,
+          c.workspace_slack);
   if (c.extra) {
     s += fmt(" extra: page=%d topk=%d len=%s", c.extra_page_size, c.extra_topk,
              length_mode_name(c.extra_topk_length));
@@ -167,7 +168,7 @@ SparseProblem::SparseProblem(SparseCase c) : c_(std::move(c)) {
   out_layout_ = make_layout4(c_.strided ? Layout::kPadded : Layout::kDense, c_.batch, c_.s_q,
                              c_.h_q, kDv, mix_seed(seed, 12));
   lse_layout_ = make_layout_lse(c_.strided, c_.batch, c_.h_q, c_.s_q);
-  fill_half_rows(q_layout_, hmla::DType::kBF16, 0.25f, mix_seed(seed, 21), &q_host_, &q_row_norm_);
+  fill_half_rows(q_layout_, hmla::DType::kBF16, c_.q_amplitude, mix_seed(seed, 21), &q_host_, &q_row_norm_);
   dev_q_.allocate(q_host_.size() * sizeof(uint16_t));
   dev_q_.upload(q_host_.data(), q_host_.size() * sizeof(uint16_t));
   poison_image_ = make_poison_images(out_layout_, lse_layout_, out_poison_bits(hmla::DType::kBF16));
@@ -304,7 +305,7 @@ void SparseProblem::build_caches() {
       for (int d = 0; d < d_qk_; ++d) {
         const float f = d < d_nope ? kTileFactor[(d / tile) % 7] : 1.f;
         token[d] =
-            float_to_bf16_bits(0.1f * token_factor * f *
+            float_to_bf16_bits(c_.kv_amplitude * token_factor * f *
                                normalish(value_seed, static_cast<uint64_t>(slot) * d_qk_ + d));
       }
       uint8_t* page = &k.host[static_cast<size_t>(slot / k.page_size) * k.block_stride];

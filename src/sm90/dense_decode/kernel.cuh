@@ -13,6 +13,7 @@
 #include "common/cuda_check.h"
 #include "common/device_attributes.h"
 #include "common/device_primitives.cuh"
+#include "common/launch.h"
 #include "scheduler/decode_schedule.h"
 #include "sm90/dense_decode/config.h"
 #include "sm90/dense_decode/launch.h"
@@ -633,6 +634,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     dev::fence_proxy_async_smem();
   }
+  // Launched with programmatic stream serialisation: the prologue above may overlap the previous
+  // kernel's tail; nothing it wrote (the plan, q, the cache) is read before it has completed.
+  dev::pdl_wait_for_prerequisites();
   __syncthreads();
 
   const detail::PartMetadata meta = p.parts[part];
@@ -657,8 +661,7 @@ void launch_kernel(const CUtensorMap& q_map, const CUtensorMap& k_map, const Ker
   using Cfg = Config<Element>;
   auto kernel = dense_decode_kernel<Cfg>;
   detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, k_map, kp);
-  HMLA_CUDA_CHECK(cudaGetLastError());
+  detail::launch_after_prerequisites(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, q_map, k_map, kp);
 #ifdef HMLA_DENSE_TRACE
   // Trace builds only (never in a release build): every call overwrites the file with its timeline.
   // Here, not in launch.cu: the trace buffer is a device symbol of this translation unit.

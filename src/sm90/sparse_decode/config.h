@@ -2,15 +2,16 @@
 // (docs/SPARSE_DECODE.md).
 //
 // One CTA = one (work range, query tile of 64 heads). A request is one query token; its keys are
-// the tokens its index lists name, gathered 64 at a time into a bf16 K tile.
+// the tokens its index lists name, gathered 64 at a time into a 16-bit K tile (fp16 from the FP8 caches, bf16 rows in prefill).
 //   warpgroup 0: producers. Each tile is gathered by all four warps, 16 tokens each: a thread
 //     loads 16-byte pieces of FP8 rows into registers, dequantises them on the CUDA cores and
-//     stores bf16 into the 128-byte-swizzled layout wgmma reads. Every register a store frees is
+//     stores fp16 into the 128-byte-swizzled layout wgmma reads. Every register a store frees is
 //     refilled at once with the next tile's piece, so the next tile's loads are in flight during
 //     this tile's stores (and the wait for its stage); the indices of the tile after are loaded
 //     at the same time, and its rows asked into L2 when the stores are done.
 //   warpgroup 1: the scorer. S = Q K^T over d_qk, the online softmax, P to shared memory, then
-//     P V for output columns [0, 256). It also loads each request's Q with TMA.
+//     P V for output columns [0, 256). It also loads each request's Q with TMA (and converts it to fp16
+//     for the FP8 caches: docs/SPARSE_DECODE.md, "Number formats").
 //   warpgroup 2: P V for output columns [256, 512).
 #pragma once
 
@@ -19,6 +20,7 @@
 #include <cute/arch/mma_sm90.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/fp8_dequant.cuh"
 #include "hmla/params.h"
@@ -48,7 +50,11 @@ struct CacheFormat<SparseCacheLayout::kV32> {
   }
   // The scale of NoPE piece `piece` (values [16 piece, 16 piece + 16)): one float per 128 values.
   __device__ static int scale_word_of_piece(int piece) { return piece / 8; }
-  __device__ static float scale_of_piece(uint32_t word, int /*piece*/) { return __uint_as_float(word); }
+  // A loaded scale word as what the dequantisation multiplies by (fp8_dequant.cuh): the float's two
+  // f16 factors, made once per word by the lane that loaded it, before it is shuffled.
+  static constexpr bool kTwoFactors = true;
+  __device__ static uint32_t prepare_scale_word(uint32_t word) { return dev::v32_scale_factors(word); }
+  __device__ static uint32_t factors_of_piece(uint32_t prepared, int /*piece*/) { return prepared; }
 };
 
 template <>
@@ -68,8 +74,10 @@ struct CacheFormat<SparseCacheLayout::kModel1> {
   }
   // One UE8M0 byte per 64 values: byte (piece / 4) % 4 of word piece / 16.
   __device__ static int scale_word_of_piece(int piece) { return piece / 16; }
-  __device__ static float scale_of_piece(uint32_t word, int piece) {
-    return dev::ue8m0_to_float(word >> (8 * ((piece / 4) % 4)));
+  static constexpr bool kTwoFactors = false;
+  __device__ static uint32_t prepare_scale_word(uint32_t word) { return word; }
+  __device__ static uint32_t factors_of_piece(uint32_t word, int piece) {
+    return dev::ue8m0_factor(word >> (8 * ((piece / 4) % 4)));
   }
 };
 
@@ -92,7 +100,11 @@ template <typename FormatT, bool kPrefillT>
 struct ConfigT {
   using Format = FormatT;
   static constexpr bool kPrefill = kPrefillT;
-  using Element = cute::bfloat16_t;
+  // The 16-bit type of Q, K, V and P in shared memory and in the wgmma. The FP8 caches dequantise to
+  // fp16 (fp8_dequant.cuh says why) and each request's bf16 Q is converted to fp16 with a power-of-two
+  // prescale (docs/SPARSE_DECODE.md, "Number formats"); bf16 rows (prefill) stay bf16.
+  static constexpr bool kHalfMath = !FormatT::kBf16;
+  using Element = std::conditional_t<kHalfMath, cute::half_t, cute::bfloat16_t>;
   static constexpr int kBlockM = 64;     // heads per tile (one wgmma M)
   static constexpr int kBlockN = 64;     // gathered tokens per K tile
   static constexpr int kHeadDim = Format::kHeadDim;
@@ -144,7 +156,9 @@ struct ConfigT {
     float row_sum[kBlockM];    // a request's softmax denominator, at its last tile
     float row_max[kBlockM];    // and its running max (log2 domain)
     alignas(16) uint32_t valid[kStages][kProducerWarps];  // bit t of word w: token 16 w + t is a key
+    uint32_t q_absmax[4];  // per scorer warp: the largest |q| bits of the request's Q tile (kHalfMath)
     uint64_t q_full;
+    uint64_t q_converted;  // the scorer's 128 threads, twice per request (kHalfMath)
     uint64_t k_full[kStages];
     uint64_t k_empty[kStages];
   };

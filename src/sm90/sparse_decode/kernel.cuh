@@ -4,12 +4,15 @@
 
 #include <cuda.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "common/device_attributes.h"
 #include "common/device_primitives.cuh"
 #include "common/fp8_dequant.cuh"
+#include "common/launch.h"
 #include "scheduler/decode_schedule.h"
 #include "sm90/sparse_decode/config.h"
 #include "sm90/sparse_decode/launch.h"
@@ -211,6 +214,8 @@ struct TileRows {
   __device__ __forceinline__ void store_and_refill(uint32_t tile, int row0, const TokenSlots& next, int lane) {
     uint32_t next_scale_words[kScaleRegs];
     if constexpr (kRefill) load_scales(next, lane, next_scale_words);
+#pragma unroll
+    for (int j = 0; j < kScaleRegs; ++j) scale_words[j] = Format::prepare_scale_word(scale_words[j]);
     const int group = 2 * (lane % 4);
 #pragma unroll
     for (int i = 0; i < kTokens; ++i) {
@@ -220,7 +225,7 @@ struct TileRows {
       // Lanes with no NoPE piece (MODEL1's last four) dequantise zeros and store nothing.
       const bool has_piece = lane < kNopePieces;
       uint4 lo, hi;
-      dev::dequant16_e4m3_to_bf16(nope[i], Format::scale_of_piece(word, lane), lo, hi);
+      dev::dequant16_e4m3_to_f16<Format::kTwoFactors>(nope[i], Format::factors_of_piece(word, lane), lo, hi);
       if constexpr (kPairedRows) {
         st_swizzled_if(tile, lane / 4, row0 + t, group, lo, has_piece);
         st_swizzled_if(tile, lane / 4, row0 + t, group + 1, hi, has_piece);
@@ -234,8 +239,12 @@ struct TileRows {
       if constexpr (kRefill) load_nope(next, i, lane);
     }
 #pragma unroll
-    for (int j = 0; j < kRopePerLane; ++j)
-      st_swizzled(tile, Format::kNope / Cfg::kChunkCols, row0 + lane / 8 + 4 * j, lane % 8, rope[j]);
+    for (int j = 0; j < kRopePerLane; ++j) {
+      const uint4 r = rope[j];  // bf16 in the cache
+      const uint4 h = make_uint4(dev::bf16x2_to_f16x2(r.x), dev::bf16x2_to_f16x2(r.y), dev::bf16x2_to_f16x2(r.z),
+                                 dev::bf16x2_to_f16x2(r.w));
+      st_swizzled(tile, Format::kNope / Cfg::kChunkCols, row0 + lane / 8 + 4 * j, lane % 8, h);
+    }
     if constexpr (kRefill) {
       load_rope(next, lane);
 #pragma unroll
@@ -430,6 +439,70 @@ __device__ __forceinline__ void issue_q(typename Cfg::SharedStorage& smem, const
                      q.batch);
 }
 
+// Converts the request's Q tile in shared memory (bf16, as TMA loaded it) to fp16 in place, times
+// 2^-k for the k that puts the tile's largest |q| in [2^14, 2^15): every finite q then fits fp16
+// with its 8 significant bits, whatever its magnitude. Returns 2^k, which the scores take back.
+// k = 0 when the tile holds an inf or NaN (they convert as they are and reach the output, as the
+// contract wants) or only zeros. Run by the scorer's 128 threads once the request's Q has landed,
+// before its first S of it. They meet twice on the q_converted mbarrier (phase `phase`, flipped
+// twice): a named barrier of the scorer alone drew racecheck reports on the P statistics, and one
+// shared with the helper warpgroup deadlocks, since the helper's blocking P-free barrier of a
+// request's last tile waits for the scorer's of the next request's first tile.
+template <typename Cfg>
+__device__ float convert_q_to_half(typename Cfg::SharedStorage& smem, int ctid, uint32_t& phase) {
+  constexpr int kThreads = 128;
+  constexpr int kVectors = Cfg::kBlockM * Cfg::kHeadDim * 2 / 16;
+  static_assert(kVectors % kThreads == 0, "whole 16-byte vectors per thread");
+  uint4* q = reinterpret_cast<uint4*>(smem.q);
+  // |q| as bf16 bits orders like |q| as an integer, inf and NaN above every finite value.
+  uint32_t m = 0;
+#pragma unroll 4
+  for (int i = ctid; i < kVectors; i += kThreads) {
+    const uint4 v = q[i];
+    m = __vmaxu2(m, v.x & 0x7fff7fffu);
+    m = __vmaxu2(m, v.y & 0x7fff7fffu);
+    m = __vmaxu2(m, v.z & 0x7fff7fffu);
+    m = __vmaxu2(m, v.w & 0x7fff7fffu);
+  }
+  m = __reduce_max_sync(0xffffffffu, max(m & 0xffffu, m >> 16));
+  if (ctid % 32 == 0) smem.q_absmax[ctid / 32] = m;
+  dev::mbar_arrive(&smem.q_converted);
+  dev::mbar_wait(&smem.q_converted, phase);
+  phase ^= 1;
+  m = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) m = max(m, smem.q_absmax[w]);
+  int k = 0;
+  if (m != 0 && m < 0x7f80u) {
+    const int e = static_cast<int>(m >> 7) - 127;  // the largest |q| is in [2^e, 2^(e + 1))
+    k = min(max(e - 14, -64), 64);
+  }
+  const float down = __uint_as_float(static_cast<uint32_t>(127 - k) << 23);
+#pragma unroll 4
+  for (int i = ctid; i < kVectors; i += kThreads) {
+    const uint4 v = q[i];
+    q[i] = make_uint4(dev::bf16x2_to_f16x2_scaled(v.x, down), dev::bf16x2_to_f16x2_scaled(v.y, down),
+                      dev::bf16x2_to_f16x2_scaled(v.z, down), dev::bf16x2_to_f16x2_scaled(v.w, down));
+  }
+  dev::fence_proxy_async_smem();  // read by wgmma
+  dev::mbar_arrive(&smem.q_converted);
+  dev::mbar_wait(&smem.q_converted, phase);
+  phase ^= 1;
+  return __uint_as_float(static_cast<uint32_t>(127 + k) << 23);
+}
+
+// Two P values as one word of the tile's 16-bit type.
+template <typename Element>
+__device__ __forceinline__ uint32_t pack_p(float a, float b) {
+  if constexpr (std::is_same_v<Element, cute::half_t>) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
 // Normalises a warpgroup's half of O and writes it: to out (times the sink's factor) or, for a
 // piece of a split request, to its partial-result slot; the scorer also writes the LSE.
 template <typename Cfg, typename Frag>
@@ -538,6 +611,7 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
 
   int g = 0;  // tiles consumed by this CTA: stage g % 2, phase (g / 2) % 2
   uint32_t q_phase = 0;
+  uint32_t conv_phase = 0;  // of q_converted
   int q_loaded = -1;  // the request whose Q was issued last
   for (int r = meta.begin_req; r <= meta.end_req; ++r) {
     const Request q = request_of(p, meta, r);
@@ -551,6 +625,8 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
       q_loaded = r;
       dev::mbar_wait(&smem.q_full, q_phase);
       q_phase ^= 1;
+      float score_scale = p.scale_log2;
+      if constexpr (Cfg::kHalfMath) score_scale *= convert_q_to_half<Cfg>(smem, wtid, conv_phase);
       for (int u = q.u0; u < q.u1; ++u, ++g) {
         const int stage = g % Cfg::kStages;
         const uint32_t phase = (g / Cfg::kStages) & 1;
@@ -597,7 +673,7 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
         float tile_max[2] = {-INFINITY, -INFINITY};
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); ++i) {
-          const float s = ((valid >> frag_col(i, lane)) & 1u) ? tSrS(i) * p.scale_log2 : -INFINITY;
+          const float s = ((valid >> frag_col(i, lane)) & 1u) ? tSrS(i) * score_scale : -INFINITY;
           tSrS(i) = s;
           tile_max[(i / 2) % 2] = fmaxf(tile_max[(i / 2) % 2], s);
         }
@@ -621,8 +697,7 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
           const float a = dev::exp2_ftz(tSrS(i) - base[h]);
           const float b = dev::exp2_ftz(tSrS(i + 1) - base[h]);
           row_l[h] += a + b;
-          const __nv_bfloat162 packed = __floats2bfloat162_rn(a, b);
-          dev::st_shared_u32(p_row_addr[h] ^ ((i / 4) << 4), *reinterpret_cast<const uint32_t*>(&packed));
+          dev::st_shared_u32(p_row_addr[h] ^ ((i / 4) << 4), pack_p<typename Cfg::Element>(a, b));
         }
         if (last) {
 #pragma unroll
@@ -709,6 +784,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (threadIdx.x == 0) {
     dev::tma_prefetch_descriptor(&q_map);
     dev::mbar_init(&smem.q_full, 1);
+    if constexpr (Cfg::kHalfMath) dev::mbar_init(&smem.q_converted, 128);
     for (int s = 0; s < Cfg::kStages; ++s) {
       dev::mbar_init(&smem.k_full[s], Cfg::kProducerThreads);
       dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
@@ -725,6 +801,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     dev::fence_proxy_async_smem();
   }
+  // Launched with programmatic stream serialisation (as dense decode): nothing a previous kernel wrote
+  // is read before it has completed.
+  dev::pdl_wait_for_prerequisites();
   __syncthreads();
 
   detail::PartMetadata meta;
@@ -762,8 +841,8 @@ void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int num
   using Cfg = Config<kLayout>;
   auto kernel = sparse_decode_kernel<Cfg>;
   detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
-  dim3 grid(num_m_blocks, 1, num_sm_parts);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, params);
+  detail::launch_after_prerequisites(kernel, dim3(num_m_blocks, 1, num_sm_parts), dim3(Cfg::kThreads),
+                                     Cfg::kSmemBytes, stream, q_map, params);
 }
 
 template <int kHeadDim>
@@ -772,7 +851,7 @@ void launch_prefill_kernel(const CUtensorMap& q_map, const KernelParams& params,
   auto kernel = sparse_decode_kernel<Cfg>;
   detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(params.requests) * static_cast<unsigned>(params.num_m_blocks));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(q_map, params);
+  detail::launch_after_prerequisites(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, q_map, params);
 }
 
 }  // namespace hmla::sm90::sparse_decode
