@@ -65,12 +65,6 @@ __device__ __forceinline__ void tma_load_5d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
-
-// The L2 sector holding p, asked for by one thread: a hint, with per-thread addresses.
-__device__ __forceinline__ void prefetch_l2_sector(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<uint64_t>(p)) : "memory");
-}
-
 // ---- ordering ----
 // Generic-proxy writes to shared memory (st.shared) made visible to wgmma / TMA reads.
 __device__ __forceinline__ void fence_proxy_async_smem() {

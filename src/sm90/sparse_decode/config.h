@@ -8,7 +8,7 @@
 //     stores fp16 into the 128-byte-swizzled layout wgmma reads. Every register a store frees is
 //     refilled at once with the next tile's piece, so the next tile's loads are in flight during
 //     this tile's stores (and the wait for its stage); the indices of the tile after are loaded
-//     at the same time, and its rows asked into L2 when the stores are done.
+//     at the same time and located when the stores are done.
 //   warpgroup 1: the scorer. S = Q K^T over d_qk, the online softmax, P to shared memory, then
 //     P V for output columns [0, 256). It also loads each request's Q with TMA (and converts it to fp16
 //     for the FP8 caches: docs/SPARSE_DECODE.md, "Number formats").
@@ -41,8 +41,6 @@ struct CacheFormat<SparseCacheLayout::kV32> {
   static constexpr int kTokenStride = 656;   // token t at page + t * 656
   static constexpr int kRopeOffset = 528;    // after the NoPE values and 4 float32 scales
   static constexpr int kScaleWords = 4;      // 4-byte words of a token's scales: 4 float32
-  static constexpr int kDataBytes = 656;     // a token's bytes from its start, scales included
-  static constexpr int kDataSectors = 21;    // 32-byte sectors they touch (a token starts 16-byte aligned)
   static constexpr bool kScalesApart = false;
   // Byte offset of token `offset`'s scales from its page: inside the token, after the NoPE values.
   __host__ __device__ static int64_t scale_offset(int /*page_size*/, int offset) {
@@ -65,8 +63,6 @@ struct CacheFormat<SparseCacheLayout::kModel1> {
   static constexpr int kTokenStride = 576;   // token t's data at page + t * 576
   static constexpr int kRopeOffset = 448;
   static constexpr int kScaleWords = 2;      // 7 UE8M0 bytes, padded to 8
-  static constexpr int kDataBytes = 576;     // NoPE and RoPE; the scales sit apart
-  static constexpr int kDataSectors = 19;
   static constexpr bool kScalesApart = true;
   // The scales of every token follow the page's token data, 8 bytes per token.
   __host__ __device__ static int64_t scale_offset(int page_size, int offset) {
@@ -123,11 +119,12 @@ struct ConfigT {
   // at the compiled 168 each (65536 / 384 rounded down to a multiple of 8). An increase that the
   // others' decreases do not cover blocks forever.
   static constexpr int kLaunchRegs = 168;
-  // The FP8 producers hold a tile's loads (~84 registers) and more; the bf16 producers copy with
-  // cp.async and need few, which the scorer takes.
-  static constexpr int kProducerRegs = FormatT::kBf16 ? 96 : 144;
+  // The FP8 producers hold a tile's loads (~84 registers) and more: at 144, MODEL1's producer
+  // spilled a register; the helper keeps 64 x 256 of O (128) and little else, so it gives 8
+  // to them. The bf16 producers copy with cp.async and need few, which the scorer takes.
+  static constexpr int kProducerRegs = FormatT::kBf16 ? 96 : 152;
   static constexpr int kScorerRegs = FormatT::kBf16 ? 240 : 192;
-  static constexpr int kHelperRegs = kLaunchRegs;
+  static constexpr int kHelperRegs = FormatT::kBf16 ? kLaunchRegs : 160;
   static_assert(kProducerRegs + kScorerRegs + kHelperRegs <= 3 * kLaunchRegs, "setmaxnreg: more registers than the CTA has");
   static_assert(kTokensPerProducerWarp <= 32, "one token's addresses per lane");
 

@@ -112,28 +112,17 @@ struct PendingTile {
 };
 
 template <typename Cfg>
-__device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache, int index, int lane) {
+__device__ __forceinline__ TokenSlots locate_tokens(const SparseCacheView& cache, int index) {
   using Format = typename Cfg::Format;
   const bool valid = index >= 0 && static_cast<int64_t>(index) < cache.num_slots;
   TokenSlots t{nullptr, nullptr, __ballot_sync(0xffffffffu, valid)};
   if (valid) {
-    const int page = index / cache.page_size;
+    // A shift for the power-of-two page sizes: a division by a runtime divisor costs ~25 instructions.
+    const int page = cache.page_shift >= 0 ? index >> cache.page_shift : index / cache.page_size;
     const int offset = index - page * cache.page_size;
     const uint8_t* page_start = cache.data + static_cast<int64_t>(page) * cache.block_stride_bytes;
     t.data = page_start + static_cast<int64_t>(offset) * Format::kTokenStride;
     t.scales = page_start + Format::scale_offset(cache.page_size, offset);
-    if constexpr (Format::kScalesApart) dev::prefetch_l2_sector(t.scales);
-  }
-  // The tokens are asked into L2 now and loaded into registers a tile later, so the loads wait
-  // for L2, not for HBM. One prefetch per 32-byte sector, 32 lanes at a time: a bulk prefetch
-  // takes its address in a uniform register, which the compiler serialises over the lanes.
-  constexpr int kPrefetches = Cfg::kTokensPerProducerWarp * Format::kDataSectors;
-#pragma unroll
-  for (int j = 0; j < (kPrefetches + 31) / 32; ++j) {
-    const int k = 32 * j + lane;
-    const int token = k / Format::kDataSectors;
-    const uint8_t* d = shfl_ptr(t.data, token < Cfg::kTokensPerProducerWarp ? token : 0);
-    if (k < kPrefetches && ((t.valid >> token) & 1u)) dev::prefetch_l2_sector(d + 32 * (k % Format::kDataSectors));
   }
   return t;
 }
@@ -152,7 +141,6 @@ struct TileRows {
   static constexpr int kTokens = Cfg::kTokensPerProducerWarp;
   static_assert(kTokens * kRopePieces % 32 == 0, "whole RoPE pieces per lane");
   static_assert(kTokens * Format::kScaleWords % 32 == 0, "whole scale words per lane");
-  static_assert(Format::kDataSectors * 32 >= Format::kDataBytes + 16, "the prefetches cover a 16-byte aligned token");
   static_assert(kNopePieces <= 32, "one NoPE piece per lane");
   static_assert(Format::kNope + 64 == Cfg::kHeadDim && Format::kNope % Cfg::kChunkCols == 0, "RoPE is the last chunk");
   static constexpr int kRopePerLane = kTokens * kRopePieces / 32;
@@ -208,12 +196,10 @@ struct TileRows {
     valid = slots.valid;
   }
 
-  // Stores this tile into `tile`; with kRefill, loads `next`'s tokens into the registers each store
-  // frees.
-  template <bool kRefill>
+  // Stores this tile into `tile` and loads `next`'s valid tokens into the registers each store frees.
   __device__ __forceinline__ void store_and_refill(uint32_t tile, int row0, const TokenSlots& next, int lane) {
     uint32_t next_scale_words[kScaleRegs];
-    if constexpr (kRefill) load_scales(next, lane, next_scale_words);
+    load_scales(next, lane, next_scale_words);
 #pragma unroll
     for (int j = 0; j < kScaleRegs; ++j) scale_words[j] = Format::prepare_scale_word(scale_words[j]);
     const int group = 2 * (lane % 4);
@@ -236,7 +222,7 @@ struct TileRows {
         st_swizzled_if(tile, lane / 4, row0 + t, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo, has_piece);
         st_swizzled_if(tile, lane / 4, row0 + t, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi, has_piece);
       }
-      if constexpr (kRefill) load_nope(next, i, lane);
+      load_nope(next, i, lane);
     }
 #pragma unroll
     for (int j = 0; j < kRopePerLane; ++j) {
@@ -245,12 +231,10 @@ struct TileRows {
                                  dev::bf16x2_to_f16x2(r.w));
       st_swizzled(tile, Format::kNope / Cfg::kChunkCols, row0 + lane / 8 + 4 * j, lane % 8, h);
     }
-    if constexpr (kRefill) {
-      load_rope(next, lane);
+    load_rope(next, lane);
 #pragma unroll
-      for (int j = 0; j < kScaleRegs; ++j) scale_words[j] = next_scale_words[j];
-      valid = next.valid;
-    }
+    for (int j = 0; j < kScaleRegs; ++j) scale_words[j] = next_scale_words[j];
+    valid = next.valid;
   }
 };
 
@@ -299,7 +283,8 @@ struct TileCursor {
 
 // The producers gather the CTA's tiles in order, tile n into stage n % 2. During tile n's stores,
 // tile n + 1's loads go out (into the registers each store frees) and tile n + 2's indices load;
-// after them, tile n + 2 is located and asked into L2.
+// after them, tile n + 2 is located. No proxy fence here (the consumers issue it): its MEMBAR
+// would wait for tile n + 1's loads before the stage is announced.
 template <typename Cfg>
 __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
                               const detail::PartMetadata& meta) {
@@ -307,7 +292,7 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
   const int lane = threadIdx.x % 32;
   const int row0 = warp * Cfg::kTokensPerProducerWarp;
   auto locate = [&](const PendingTile& t) {
-    return locate_tokens<Cfg>(t.extra ? p.extra_cache : p.cache, t.index, lane);
+    return locate_tokens<Cfg>(t.extra ? p.extra_cache : p.cache, t.index);
   };
   TileCursor cur;
   cur.start(p, meta);
@@ -334,11 +319,11 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
     dev::mbar_wait(&smem.k_empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
     if (lane == 0) smem.valid[stage][warp] = rows.valid;
     const uint32_t tile = dev::smem_addr(smem.k[stage]);
-    if (have_next)
-      rows.template store_and_refill<true>(tile, row0, next, lane);
-    else
-      rows.template store_and_refill<false>(tile, row0, next, lane);
-    dev::fence_proxy_async_smem();  // the generic stores above are read by wgmma next
+    // One loop body for every tile, the last one included (its refill has no valid token, so it
+    // loads nothing): a second body for the last tile doubled the loop's code, and the producers'
+    // instruction fetch stalls with it.
+    if (!have_next) next.valid = 0u;
+    rows.store_and_refill(tile, row0, next, lane);
     dev::mbar_arrive(&smem.k_full[stage]);
     have_rows = have_next;
     have_next = have_after;
@@ -634,8 +619,10 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
         Tensor sK = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutK{});
         Tensor tSrK = thr_s.partition_fragment_B(sK);
         dev::mbar_wait(&smem.k_full[stage], phase);
-        // cp.async fills the stage through the generic proxy; wgmma reads it through the async one.
-        if constexpr (Cfg::Format::kBf16) dev::fence_proxy_async_smem();
+        // The producers fill the stage through the generic proxy (st.shared, cp.async); wgmma reads
+        // it through the async one. The proxy fence is the consumers', after the barrier: in the
+        // producers its MEMBAR waited for the next tile's loads, issued during the stores.
+        dev::fence_proxy_async_smem();
         warpgroup_fence_operand(tSrS);
         warpgroup_arrive();
         mma_s.accumulate_ = GMMA::ScaleOut::Zero;
@@ -748,7 +735,7 @@ __device__ void helper_loop(typename Cfg::SharedStorage& smem, const KernelParam
         const int stage = g % Cfg::kStages;
         const bool last = u + 1 == q.u1;
         dev::named_barrier_sync(kBarrierPReady, Cfg::kConsumerThreads);
-        if constexpr (Cfg::Format::kBf16) dev::fence_proxy_async_smem();  // as the scorer: V came by cp.async
+        dev::fence_proxy_async_smem();  // as the scorer
         float scale[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -831,6 +818,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     dev::warpgroup_reg_alloc<Cfg::kScorerRegs>();
     scorer_loop<Cfg>(smem, p, &q_map, meta, m);
   } else {
+    if constexpr (Cfg::kHelperRegs < Cfg::kLaunchRegs) dev::warpgroup_reg_dealloc<Cfg::kHelperRegs>();
     helper_loop<Cfg>(smem, p, meta, m);
   }
 }

@@ -20,6 +20,7 @@ SparseCacheView view_of(const SparseKVCache& c) {
   v.data = c.data;
   v.num_slots = static_cast<int64_t>(c.num_blocks) * c.page_size;
   v.page_size = c.page_size > 0 ? c.page_size : 1;
+  v.page_shift = (v.page_size & (v.page_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(v.page_size)) : -1;
   v.block_stride_bytes = c.block_stride_bytes;
   return v;
 }

@@ -18,6 +18,7 @@ struct SparseCacheView {
   const uint8_t* data;
   int64_t num_slots;  // num_blocks * page_size: indices at or past it are invalid
   int page_size;
+  int page_shift;  // log2(page_size) when it is a power of two (every model's), else -1
   int64_t block_stride_bytes;
 };
 

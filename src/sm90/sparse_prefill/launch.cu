@@ -30,6 +30,7 @@ void launch(const SparsePrefillParams& params, cudaStream_t stream) {
   kp.cache.data = reinterpret_cast<const uint8_t*>(params.kv);
   kp.cache.num_slots = params.s_kv;
   kp.cache.page_size = 1;
+  kp.cache.page_shift = 0;
   kp.cache.block_stride_bytes = params.kv_token_stride * 2;
   kp.indices = params.indices;
   kp.indices_batch_stride = params.indices_token_stride;
