@@ -12,7 +12,9 @@
 # (variant files in an ignored folder travel with the device tool's `carry`). Rows: HMLA_AB_ROWS,
 # lines of hmla-bench arguments (default: the quick sweep and one long memory-bound row).
 # Each build is left in /tmp/hmla_ab_NAME/b for commands that follow in the same call. Rows are
-# timed with every variant in turn (HMLA_AB_REPS rounds), each output line prefixed by the variant.
+# timed with every variant in turn (HMLA_AB_REPS rounds), each output line prefixed by the variant;
+# a table of each variant's best time per row and its ratio to the first variant ends the output
+# (scripts/profile/ab_summary.py).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -64,6 +66,7 @@ wait
 # Row by row, the variants alternate (HMLA_AB_REPS rounds, default 2): the card's clock drifts with
 # its temperature and power state over a call, and alternating spreads that drift over all of them.
 reps=${HMLA_AB_REPS:-2}
+summary_input=$(mktemp)
 while IFS= read -r args; do
   [ -n "$args" ] || continue
   echo "== $args"
@@ -73,7 +76,11 @@ while IFS= read -r args; do
       bench=/tmp/hmla_ab_$name/b/tools/hmla-bench/hmla-bench
       [ -x "$bench" ] || continue
       # shellcheck disable=SC2086
-      "$bench" $args --no-ceilings --anchors "$anchors" 2>/dev/null | grep -E '^ *[0-9a-z_]+ +[0-9]+ .*[|]' | sed "s/^/$name /"
+      "$bench" $args --no-ceilings --anchors "$anchors" 2>/dev/null | grep -E '^ *[0-9a-z_]+ +[0-9]+ .*[|]' | sed "s/^/$name /" |
+        tee -a "$summary_input"
     done
   done
 done <<< "$rows"
+echo "== best of ${reps} per variant (ratio: the first variant's time over this one's)"
+python3 scripts/profile/ab_summary.py "$summary_input"
+rm -f "$summary_input"
