@@ -1,4 +1,5 @@
-// Attention-kernel launches with programmatic stream serialisation (programmatic dependent launch).
+// Kernel launches with programmatic stream serialisation (programmatic dependent launch): the
+// attention kernels and the combine.
 // Why: on the H200's host such a cudaLaunchKernelEx costs ~2.8 us against ~3.3 us for a plain launch
 // of the same kernel (hmla-host-overhead, docs/PYTHON.md "Measured overhead"), and a run entry point
 // launches two kernels every decoding step; on the GPU, the kernel's prologue may overlap the tail of

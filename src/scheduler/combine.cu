@@ -6,6 +6,7 @@
 
 #include "common/cuda_check.h"
 #include "common/device_primitives.cuh"
+#include "common/launch.h"
 #include "scheduler/decode_scheduler.h"
 #include "scheduler/merge_math.cuh"
 
@@ -267,30 +268,21 @@ void launch_combine(const CombineParams& params, cudaStream_t stream) {
                     std::to_string(kMaxCombinePieces) + " pieces per request");
   if (params.d_v != kDv) throw CudaError("hmla: the combine supports d_v = 512, got " + std::to_string(params.d_v));
   const int rows_per_req = params.h_kv * params.tiling.s_q * params.tiling.heads_per_kv;
-  cudaLaunchConfig_t config{};
   // x: one slot per split request there can be, min(batch, parts): only the device knows how many
   // there are. The spare CTAs retire at once, but not while the attention kernel runs (its CTAs
   // hold a whole SM's registers), so each costs a CTA launch after it: with a slot per part, b = 1
   // launched 66 x 128 CTAs for 128 rows.
   const int max_split_requests = params.batch < params.num_sm_parts ? params.batch : params.num_sm_parts;
-  config.gridDim = dim3(max_split_requests, params.h_kv, params.tiling.s_q * params.tiling.heads_per_kv);
-  config.blockDim = dim3(kCombineWarps * 32 * kCombineGroups);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
   const long long max_rows = static_cast<long long>(max_split_requests) * rows_per_req;  // the most to merge
   if (max_rows >= kWarpPerRowFrom) {
     const long long ctas = (max_rows + kRowWarpsPerCta - 1) / kRowWarpsPerCta;
-    config.gridDim = dim3(static_cast<unsigned>(ctas));
-    config.blockDim = dim3(kRowWarpsPerCta * 32);
-    HMLA_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_warp_per_row_kernel<Element>, params));
+    launch_after_prerequisites(combine_warp_per_row_kernel<Element>, dim3(static_cast<unsigned>(ctas)),
+                               dim3(kRowWarpsPerCta * 32), 0, stream, params);
     return;
   }
-  HMLA_CUDA_CHECK(cudaLaunchKernelEx(&config, combine_kernel<Element>, params));
+  launch_after_prerequisites(combine_kernel<Element>,
+                             dim3(max_split_requests, params.h_kv, params.tiling.s_q * params.tiling.heads_per_kv),
+                             dim3(kCombineWarps * 32 * kCombineGroups), 0, stream, params);
 }
 
 template void launch_combine<__nv_bfloat16>(const CombineParams&, cudaStream_t);
