@@ -27,6 +27,8 @@
 #include "hmla/sparse_decode.h"
 #include "hmla/version.h"
 
+#include "common/launch.h"
+
 namespace {
 
 void check(cudaError_t e, const char* what) {
@@ -165,19 +167,8 @@ int main(int argc, char** argv) {
        },
        {}},
       {"launch_empty_pdl", "one cudaLaunchKernelEx of the 576-byte kernel with programmatic serialisation "
-                           "(how the combine is launched)",
-       [&] {
-         cudaLaunchConfig_t config{};
-         config.gridDim = dim3(1);
-         config.blockDim = dim3(32);
-         config.stream = stream;
-         cudaLaunchAttribute attribute{};
-         attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-         attribute.val.programmaticStreamSerializationAllowed = 1;
-         config.attrs = &attribute;
-         config.numAttrs = 1;
-         cudaLaunchKernelEx(&config, empty_kernel, block);
-       },
+                           "(src/common/launch.h: how the attention kernels and the combine are launched)",
+       [&] { hmla::detail::launch_after_prerequisites(empty_kernel, dim3(1), dim3(32), 0, stream, block); },
        {}},
       {"launch_empty_x2", "two 576-byte <<<>>> launches (a run entry point launches attention + combine)",
        [&] {
