@@ -102,6 +102,7 @@ struct ConfigT {
   static constexpr bool kHalfMath = !FormatT::kBf16;
   using Element = std::conditional_t<kHalfMath, cute::half_t, cute::bfloat16_t>;
   static constexpr int kBlockM = 64;     // heads per tile (one wgmma M)
+  static constexpr int kQRows = kBlockM;  // head rows of the Q tile in shared memory
   static constexpr int kBlockN = 64;     // gathered tokens per K tile
   static constexpr int kHeadDim = Format::kHeadDim;
   static constexpr int kHeadDimV = 512;  // V: the first 512 columns of K
@@ -163,6 +164,80 @@ struct ConfigT {
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory plan exceeds the 227 KB per CTA of sm_90");
 };
+
+// The narrow form, for h_q <= 32 (docs/SPARSE_DECODE.md, "Narrow form"): the heads are wgmma's N
+// (16 or 32) instead of a 64-row M, so the tensor work is what the heads need, and the whole of O^T
+// (512 x kHeads in float32: 64 or 128 registers) fits one warpgroup. That frees a warpgroup for a
+// second set of producers: at h_q 16 the kernel is bound by the gather and dequantisation, which the
+// wide form runs on one warp per scheduler, latency-bound.
+//   warpgroups 0-1: producers, eight warps of 8 tokens each per tile (the wide form's producer loop).
+//   warpgroup 2: the consumer. S^T = K Q^T (M = 64 tokens, N = heads), the online softmax per column
+//     (a head's max over the tile's tokens meets across the four warps in shared memory), P^T to
+//     shared memory, O^T += V^T P^T (M = 512 output columns in eight wgmma rows, N = heads).
+template <typename FormatT, int kHeadsT>
+struct NarrowConfigT {
+  static_assert(!FormatT::kBf16, "the narrow form serves the FP8 caches");
+  static_assert(kHeadsT == 16 || kHeadsT == 32, "16 or 32 heads per CTA");
+  using Format = FormatT;
+  static constexpr bool kPrefill = false;
+  static constexpr bool kHalfMath = true;
+  using Element = cute::half_t;
+  static constexpr int kHeads = kHeadsT;  // wgmma N
+  static constexpr int kQRows = kHeads;
+  static constexpr int kBlockN = 64;      // gathered tokens per K tile: wgmma M of S^T
+  static constexpr int kHeadDim = Format::kHeadDim;
+  static constexpr int kHeadDimV = 512;
+  static constexpr int kChunkCols = 64;
+  static constexpr int kChunks = kHeadDim / kChunkCols;
+  static constexpr int kStages = 2;
+  static constexpr int kProducerWarps = 8;
+  static constexpr int kTokensPerProducerWarp = kBlockN / kProducerWarps;
+  static constexpr int kProducerThreads = 32 * kProducerWarps;
+  static constexpr int kConsumerThreads = 128;
+  static constexpr int kThreads = kProducerThreads + kConsumerThreads;
+  static constexpr int kLaunchRegs = 168;
+  // A producer warp holds 8 tokens of a tile (~44 registers of loads); the consumer O^T (64 or
+  // 128), S^T (8 or 16) and the softmax state.
+  static constexpr int kProducerRegs = 128;
+  static constexpr int kConsumerRegs = 3 * kLaunchRegs - 2 * kProducerRegs;
+  static_assert(kConsumerRegs % 8 == 0 && kConsumerRegs <= 256, "setmaxnreg: a multiple of 8, at most 256");
+
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kHeads>, Int<kHeadDim>>{}));
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // P^T as (head, token), K-major: the B operand of O^T = V^T P^T.
+  using SmemLayoutP = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kHeads>, Int<kBlockN>>{}));
+  // V^T as a view of the K tile: (d_v, token), M-major, the A operand of O^T = V^T P^T.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutK{}, make_layout(Shape<Int<kHeadDimV>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
+
+  using MmaS = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kBlockN>, Int<kHeads>, Int<kHeadDim>>>(),
+      Layout<Shape<_1, _1, _1>>{}));
+  using MmaO = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeads>, Int<kBlockN>>, GMMA::Major::MN,
+                           GMMA::Major::K>(),
+      Layout<Shape<_1, _1, _1>>{}));
+
+  struct SharedStorage {
+    alignas(1024) Element q[kQRows * kHeadDim];
+    alignas(1024) Element k[kStages][kBlockN * kHeadDim];
+    alignas(1024) Element p[kHeads * kBlockN];
+    float warp_max[2][4][kHeads];  // per consumer warp, a head's max over its 16 tokens; by tile parity
+    float warp_sum[4][kHeads];     // per consumer warp, a head's softmax denominator share
+    alignas(16) uint32_t valid[kStages][kProducerWarps];  // bit t of word w: token 8 w + t is a key
+    uint32_t q_absmax[4];
+    uint64_t q_full;
+    uint64_t q_converted;
+    uint64_t k_full[kStages];
+    uint64_t k_empty[kStages];
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory plan exceeds the 227 KB per CTA of sm_90");
+};
+
+template <SparseCacheLayout kLayout, int kHeads>
+using NarrowConfig = NarrowConfigT<CacheFormat<kLayout>, kHeads>;
 
 // FP8 caches of sparse decode, and the bf16 rows of sparse prefill.
 template <SparseCacheLayout kLayout>

@@ -140,12 +140,14 @@ struct TileRows {
   static constexpr int kRopePieces = 8;                    // 16-byte bf16 pieces per token
   static constexpr int kTokens = Cfg::kTokensPerProducerWarp;
   static_assert(kTokens * kRopePieces % 32 == 0, "whole RoPE pieces per lane");
-  static_assert(kTokens * Format::kScaleWords % 32 == 0, "whole scale words per lane");
+  static_assert(kTokens * Format::kScaleWords % 32 == 0 || kTokens * Format::kScaleWords < 32,
+                "whole scale words per lane, or one word per lane with lanes to spare");
   static_assert(kNopePieces <= 32, "one NoPE piece per lane");
   static_assert(Format::kNope + 64 == Cfg::kHeadDim && Format::kNope % Cfg::kChunkCols == 0, "RoPE is the last chunk");
   static constexpr int kRopePerLane = kTokens * kRopePieces / 32;
   static constexpr int kTokensPerScaleReg = 32 / Format::kScaleWords;
-  static constexpr int kScaleRegs = kTokens / kTokensPerScaleReg;
+  // Lanes past the warp's tokens (8 MODEL1 tokens: 16 words) load nothing: their token's bit is clear.
+  static constexpr int kScaleRegs = (kTokens + kTokensPerScaleReg - 1) / kTokensPerScaleReg;
   uint4 nope[kTokens];
   uint4 rope[kRopePerLane];
   uint32_t scale_words[kScaleRegs];  // word lane % kScaleWords of token lane / kScaleWords + kTokensPerScaleReg j
@@ -416,11 +418,11 @@ __device__ void copy_producer_loop(typename Cfg::SharedStorage& smem, const Kern
 template <typename Cfg>
 __device__ __forceinline__ void issue_q(typename Cfg::SharedStorage& smem, const CUtensorMap* q_map,
                                         const KernelParams& p, const Request& q, int m) {
-  constexpr int kChunkElems = Cfg::kBlockM * Cfg::kChunkCols;
+  constexpr int kChunkElems = Cfg::kQRows * Cfg::kChunkCols;
   dev::mbar_arrive_expect_tx(&smem.q_full, p.q_tile_bytes);
 #pragma unroll
   for (int c = 0; c < Cfg::kChunks; ++c)
-    dev::tma_load_4d(smem.q + c * kChunkElems, q_map, &smem.q_full, c * Cfg::kChunkCols, m * Cfg::kBlockM, q.token,
+    dev::tma_load_4d(smem.q + c * kChunkElems, q_map, &smem.q_full, c * Cfg::kChunkCols, m * Cfg::kQRows, q.token,
                      q.batch);
 }
 
@@ -436,7 +438,7 @@ __device__ __forceinline__ void issue_q(typename Cfg::SharedStorage& smem, const
 template <typename Cfg>
 __device__ float convert_q_to_half(typename Cfg::SharedStorage& smem, int ctid, uint32_t& phase) {
   constexpr int kThreads = 128;
-  constexpr int kVectors = Cfg::kBlockM * Cfg::kHeadDim * 2 / 16;
+  constexpr int kVectors = Cfg::kQRows * Cfg::kHeadDim * 2 / 16;
   static_assert(kVectors % kThreads == 0, "whole 16-byte vectors per thread");
   uint4* q = reinterpret_cast<uint4*>(smem.q);
   // |q| as bf16 bits orders like |q| as an integer, inf and NaN above every finite value.
@@ -573,6 +575,36 @@ struct Consumer {
   }
 };
 
+// acc = A B^T over a stage's k-steps, issued as one wgmma batch (committed, not waited for): the wide
+// form's S = Q K^T and the narrow form's S^T = K Q^T.
+template <typename Mma, typename TA, typename TB, typename TC>
+__device__ __forceinline__ void issue_scores(Mma& mma, const TA& a, const TB& b, TC& acc) {
+  warpgroup_fence_operand(acc);
+  warpgroup_arrive();
+  mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    gemm(mma, a(_, _, k), b(_, _, k), acc);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+}
+
+// After issue_scores: the previous tile's P V was committed before these scores, so once it retires
+// (wgmma batches complete in order) its stage is released while the scores still run, and the
+// producers refill it a score product earlier than if the release waited for it. Then the scores.
+template <typename Cfg, typename TS, typename TO>
+__device__ __forceinline__ void release_previous_and_wait_scores(typename Cfg::SharedStorage& smem, int stage,
+                                                                 bool has_previous, TS& scores, TO& o) {
+  if (has_previous) {
+    warpgroup_wait<1>();
+    dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
+  }
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(scores);
+  warpgroup_fence_operand(o);
+}
+
 // Warpgroup 1: S, the softmax, P, and P V for output columns [0, 256).
 template <typename Cfg>
 __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p, const CUtensorMap* q_map,
@@ -623,25 +655,8 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
         // it through the async one. The proxy fence is the consumers', after the barrier: in the
         // producers its MEMBAR waited for the next tile's loads, issued during the stores.
         dev::fence_proxy_async_smem();
-        warpgroup_fence_operand(tSrS);
-        warpgroup_arrive();
-        mma_s.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tSrQ); ++k) {
-          gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
-          mma_s.accumulate_ = GMMA::ScaleOut::One;
-        }
-        warpgroup_commit_batch();
-        // The previous tile's P V was committed before this S: once it retires (wgmma batches
-        // complete in order), its stage is released while S still runs, so the producers refill
-        // it an S earlier than if the release waited for S.
-        if (u > q.u0) {
-          warpgroup_wait<1>();
-          dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
-        }
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrS);
-        warpgroup_fence_operand(c.tOrO);
+        issue_scores(mma_s, tSrQ, tSrK, tSrS);
+        release_previous_and_wait_scores<Cfg>(smem, stage, u > q.u0, tSrS, c.tOrO);
         // Q is read by S only: once the request's last S is done, the next request's Q loads while
         // this one's softmax, P V and epilogue run.
         if (last && r < meta.end_req) {
@@ -756,6 +771,20 @@ __device__ void helper_loop(typename Cfg::SharedStorage& smem, const KernelParam
   }
 }
 
+// Head rows of the Q tile that no TMA box covers (h_q below the tile's rows) stay zero. Before the
+// first Q load, by every thread.
+template <typename Cfg>
+__device__ __forceinline__ void zero_uncovered_q_rows(typename Cfg::SharedStorage& smem, const KernelParams& p) {
+  if (p.q_box_rows >= Cfg::kQRows) return;
+  for (int c = 0; c < Cfg::kChunks; ++c) {
+    char* start = reinterpret_cast<char*>(smem.q + c * Cfg::kQRows * Cfg::kChunkCols + p.q_box_rows * Cfg::kChunkCols);
+    const int bytes = (Cfg::kQRows - p.q_box_rows) * Cfg::kChunkCols * 2;
+    for (int off = threadIdx.x * 16; off < bytes; off += Cfg::kThreads * 16)
+      *reinterpret_cast<uint4*>(start + off) = make_uint4(0, 0, 0, 0);
+  }
+  dev::fence_proxy_async_smem();
+}
+
 template <typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sparse_decode_kernel(const __grid_constant__ CUtensorMap q_map, const KernelParams p) {
@@ -778,16 +807,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     dev::fence_barrier_init();
   }
-  // Head rows that no TMA box covers (h_q < 64) stay zero.
-  if (p.q_box_rows < Cfg::kBlockM) {
-    for (int c = 0; c < Cfg::kChunks; ++c) {
-      char* start = reinterpret_cast<char*>(smem.q + c * Cfg::kBlockM * Cfg::kChunkCols + p.q_box_rows * Cfg::kChunkCols);
-      const int bytes = (Cfg::kBlockM - p.q_box_rows) * Cfg::kChunkCols * 2;
-      for (int off = threadIdx.x * 16; off < bytes; off += Cfg::kThreads * 16)
-        *reinterpret_cast<uint4*>(start + off) = make_uint4(0, 0, 0, 0);
-    }
-    dev::fence_proxy_async_smem();
-  }
+  zero_uncovered_q_rows<Cfg>(smem, p);
   // Launched with programmatic stream serialisation (as dense decode): nothing a previous kernel wrote
   // is read before it has completed.
   dev::pdl_wait_for_prerequisites();

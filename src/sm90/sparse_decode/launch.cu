@@ -69,10 +69,21 @@ void launch(const SparseDecodeParams& params, const DecodeSchedule& schedule, cu
   detail::set_schedule_and_outputs(kp, schedule, params);
   kp.rows_per_slot = static_cast<size_t>(schedule.num_m_blocks) * kBlockM;
 
-  if (params.layout == SparseCacheLayout::kV32)
-    launch_kernel<SparseCacheLayout::kV32>(q_map, kp, schedule.num_m_blocks, schedule.num_sm_parts, stream);
-  else
-    launch_kernel<SparseCacheLayout::kModel1>(q_map, kp, schedule.num_m_blocks, schedule.num_sm_parts, stream);
+  // Up to 32 heads take the narrow form (heads as wgmma's N, two producer warpgroups): at those
+  // head counts the gather sets the pace, and the 64-row form computes 2-64x the FLOPs it needs.
+  const bool v32 = params.layout == SparseCacheLayout::kV32;
+  const int parts = schedule.num_sm_parts;
+  if (params.h_q <= 16) {
+    if (v32) launch_narrow_kernel<SparseCacheLayout::kV32, 16>(q_map, kp, parts, stream);
+    else launch_narrow_kernel<SparseCacheLayout::kModel1, 16>(q_map, kp, parts, stream);
+  } else if (params.h_q <= 32) {
+    if (v32) launch_narrow_kernel<SparseCacheLayout::kV32, 32>(q_map, kp, parts, stream);
+    else launch_narrow_kernel<SparseCacheLayout::kModel1, 32>(q_map, kp, parts, stream);
+  } else if (v32) {
+    launch_kernel<SparseCacheLayout::kV32>(q_map, kp, schedule.num_m_blocks, parts, stream);
+  } else {
+    launch_kernel<SparseCacheLayout::kModel1>(q_map, kp, schedule.num_m_blocks, parts, stream);
+  }
   HMLA_CUDA_CHECK(cudaGetLastError());
 
   const detail::OutputView output{params.out, params.out_batch_stride, params.out_token_stride, params.out_head_stride,

@@ -64,6 +64,10 @@ template <SparseCacheLayout kLayout>
 void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int num_m_blocks, int num_sm_parts,
                    cudaStream_t stream);
 
+// The narrow form (h_q <= kHeads, kHeads 16 or 32): narrow_kernel.cuh.
+template <SparseCacheLayout kLayout, int kHeads>
+void launch_narrow_kernel(const CUtensorMap& q_map, const KernelParams& params, int num_sm_parts, cudaStream_t stream);
+
 // The Q tensor map of q [batch][s_q][h_q][d_qk] bf16 (one box: 64 columns of one head tile of one
 // token), and the Q fields of kp (h_q, scale, box rows, tile bytes).
 CUtensorMap q_map_and_fields(const void* q, int d_qk, int h_q, int s_q, int batch, int64_t head_stride,
