@@ -81,6 +81,8 @@ row=("$@")
 family=${HMLA_PROFILE_FAMILY:-dense-decode}
 kernel=${family//-/_}_kernel
 [ "$family" = sparse-prefill ] && kernel=sparse_decode_kernel
+# h_q <= 32 runs the narrow form of the sparse decode kernel.
+[ "$family" = sparse-decode ] && kernel="sparse_decode_(narrow_)?kernel"
 if [ ${#row[@]} -eq 0 ]; then
   case "$family" in
     sparse-decode) row=(--layout v32 --b 128 --s-q 1 --h-q 64 --topk 2048) ;;
