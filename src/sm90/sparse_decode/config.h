@@ -196,9 +196,13 @@ struct NarrowConfigT {
   static constexpr int kConsumerThreads = 128;
   static constexpr int kThreads = kProducerThreads + kConsumerThreads;
   static constexpr int kLaunchRegs = 168;
-  // A producer warp holds 8 tokens of a tile (~44 registers of loads); the consumer O^T (64 or
-  // 128), S^T (8 or 16) and the softmax state.
-  static constexpr int kProducerRegs = 128;
+  // A producer warp holds 8 tokens of a tile in ~44 registers of loads; the consumer O^T (64 or
+  // 128 registers), S^T (8 or 16) and the softmax state. At N 16 the consumer needs few enough that
+  // the producers hold two tiles (producer_loop_two_tiles; 160 / 184 registers, no spill); at N 32
+  // no split of the registers holds two tiles without spilling (ptxas: 76-108 bytes at 144-152 for
+  // the producers), so they hold one.
+  static constexpr int kTilesInRegisters = kHeads == 16 ? 2 : 1;
+  static constexpr int kProducerRegs = kTilesInRegisters == 2 ? 160 : 128;
   static constexpr int kConsumerRegs = 3 * kLaunchRegs - 2 * kProducerRegs;
   static_assert(kConsumerRegs % 8 == 0 && kConsumerRegs <= 256, "setmaxnreg: a multiple of 8, at most 256");
 

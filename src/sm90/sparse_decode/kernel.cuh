@@ -198,10 +198,12 @@ struct TileRows {
     valid = slots.valid;
   }
 
-  // Stores this tile into `tile` and loads `next`'s valid tokens into the registers each store frees.
+  // Stores this tile into `tile` and, with kRefill, loads `next`'s valid tokens into the registers
+  // each store frees.
+  template <bool kRefill = true>
   __device__ __forceinline__ void store_and_refill(uint32_t tile, int row0, const TokenSlots& next, int lane) {
     uint32_t next_scale_words[kScaleRegs];
-    load_scales(next, lane, next_scale_words);
+    if constexpr (kRefill) load_scales(next, lane, next_scale_words);
 #pragma unroll
     for (int j = 0; j < kScaleRegs; ++j) scale_words[j] = Format::prepare_scale_word(scale_words[j]);
     const int group = 2 * (lane % 4);
@@ -224,7 +226,7 @@ struct TileRows {
         st_swizzled_if(tile, lane / 4, row0 + t, group + (odd_chunk ? 1 : 0), odd_chunk ? hi : lo, has_piece);
         st_swizzled_if(tile, lane / 4, row0 + t, group + (odd_chunk ? 0 : 1), odd_chunk ? lo : hi, has_piece);
       }
-      load_nope(next, i, lane);
+      if constexpr (kRefill) load_nope(next, i, lane);
     }
 #pragma unroll
     for (int j = 0; j < kRopePerLane; ++j) {
@@ -233,10 +235,15 @@ struct TileRows {
                                  dev::bf16x2_to_f16x2(r.w));
       st_swizzled(tile, Format::kNope / Cfg::kChunkCols, row0 + lane / 8 + 4 * j, lane % 8, h);
     }
-    load_rope(next, lane);
+    if constexpr (kRefill) {
+      load_rope(next, lane);
 #pragma unroll
-    for (int j = 0; j < kScaleRegs; ++j) scale_words[j] = next_scale_words[j];
-    valid = next.valid;
+      for (int j = 0; j < kScaleRegs; ++j) scale_words[j] = next_scale_words[j];
+      valid = next.valid;
+    }
+  }
+  __device__ __forceinline__ void store(uint32_t tile, int row0, int lane) {
+    store_and_refill<false>(tile, row0, TokenSlots{}, lane);
   }
 };
 
@@ -330,6 +337,69 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
     have_rows = have_next;
     have_next = have_after;
     if (have_after) next = locate(after);
+  }
+}
+
+// The same order of tiles with two tiles in registers (the narrow form's 8 tokens per warp leave
+// room for both): tile n + 1's loads go out at the start of tile n's body into the other set, before
+// the stage wait and tile n's stores, and tile n + 3's indices load there too, so tile n + 2 is
+// located from indices loaded a body earlier. In the one-set loop above, ptxas issues the refill
+// loads after the stores (SASS: every LDG of the next tile follows the last STS), so each tile paid
+// the latency of its index load and then of its rows' loads (Nsight Compute, h_q 16: 22 % of the
+// stall samples on the index's first use).
+template <typename Cfg>
+__device__ void producer_loop_two_tiles(typename Cfg::SharedStorage& smem, const KernelParams& p,
+                                        const detail::PartMetadata& meta) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int row0 = warp * Cfg::kTokensPerProducerWarp;
+  auto locate = [&](const PendingTile& t) {
+    return locate_tokens<Cfg>(t.extra ? p.extra_cache : p.cache, t.index);
+  };
+  // Takes the cursor's tile and moves past it; no tile left: an index of -1 (nothing to locate).
+  auto take = [&](TileCursor& cur, bool& have) {
+    PendingTile t{-1, false};
+    have = !cur.done(meta);
+    if (have) {
+      t = cur.pending<Cfg>(p, row0, lane);
+      cur.next(p, meta);
+    }
+    return t;
+  };
+  TileCursor cur;
+  cur.start(p, meta);
+  TileRows<Cfg> even, odd;
+  bool have_rows, have_next, have_after;
+  {
+    const PendingTile first = take(cur, have_rows);
+    if (have_rows) even.load(locate(first), lane);
+  }
+  TokenSlots next = locate(take(cur, have_next));  // tile n + 1
+  PendingTile after = take(cur, have_after);        // tile n + 2
+  int n = 0;
+  auto body = [&](TileRows<Cfg>& rows, TileRows<Cfg>& refill) {
+    if (!have_next) next.valid = 0u;
+    refill.load(next, lane);
+    bool have_far;
+    const PendingTile far = take(cur, have_far);  // tile n + 3
+    const int stage = n % Cfg::kStages;
+    dev::mbar_wait(&smem.k_empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
+    if (lane == 0) smem.valid[stage][warp] = rows.valid;
+    rows.store(dev::smem_addr(smem.k[stage]), row0, lane);
+    dev::mbar_arrive(&smem.k_full[stage]);
+    ++n;
+    have_rows = have_next;
+    have_next = have_after;
+    have_after = have_far;
+    if (have_next) next = locate(after);
+    after = far;
+  };
+  // Unrolled by two so that the sets swap roles without register moves (a move would wait for the
+  // loads it moves).
+  while (have_rows) {
+    body(even, odd);
+    if (!have_rows) break;
+    body(odd, even);
   }
 }
 

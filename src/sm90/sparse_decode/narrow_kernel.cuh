@@ -246,7 +246,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (meta.begin_req >= p.requests) return;
   if (threadIdx.x < Cfg::kProducerThreads) {
     dev::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    producer_loop<Cfg>(smem, p, meta);
+    if constexpr (Cfg::kTilesInRegisters == 2)
+      producer_loop_two_tiles<Cfg>(smem, p, meta);
+    else
+      producer_loop<Cfg>(smem, p, meta);
   } else {
     dev::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
     narrow_consumer_loop<Cfg>(smem, p, &q_map, meta);
