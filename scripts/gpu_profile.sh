@@ -77,10 +77,9 @@ fi
 
 row=("$@")
 # HMLA_PROFILE_FAMILY=sparse-decode or sparse-prefill profiles a sparse kernel (its row's flags as for
-# hmla-bench; sparse prefill runs the sparse decode kernel template in its prefill configuration).
+# hmla-bench).
 family=${HMLA_PROFILE_FAMILY:-dense-decode}
 kernel=${family//-/_}_kernel
-[ "$family" = sparse-prefill ] && kernel=sparse_decode_kernel
 # h_q <= 32 runs the narrow form of the sparse decode kernel.
 [ "$family" = sparse-decode ] && kernel="sparse_decode_(narrow_)?kernel"
 if [ ${#row[@]} -eq 0 ]; then

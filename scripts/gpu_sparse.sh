@@ -9,9 +9,12 @@
 #                                   bench's sparse rows, this build against HMLA_AB_BASE; more = the NaN,
 #                                   device-value, merge and fuzz suites; merge = the merge op's bench rows;
 #                                   overhead = python/tests/bench_overhead.py; prefill = the sparse prefill suite)
+# Steps run in this order: prefill, compare, tests, densetests, more, merge, bench, sanitize, python,
+# overhead, ab; the Python package and FlashMLA build in the background from the start.
 # HMLA_COMPARE_ONLY: compare.py's kinds (default sparse_decode; e.g. sparse_decode,sparse_prefill).
+# HMLA_TESTS_FILTER: the gtest filter of `tests` (default *Sparse*:*Fp8Dequant*, prefill included).
 # HMLA_PY_INSTALLED=1: the Python package is already installed (built earlier in the same call).
-# Knobs: HMLA_TEST_TIMEOUT, HMLA_SANITIZERS ("memcheck racecheck"), HMLA_SANITIZER_FILTER,
+# Knobs: HMLA_TEST_TIMEOUT, HMLA_PREFILL_TIMEOUT, HMLA_SANITIZERS ("memcheck racecheck"), HMLA_SANITIZER_FILTER,
 # HMLA_SANITIZER_TIMEOUT, HMLA_COMPARE_TIMEOUT (seconds).
 # HMLA_BIN=dir: use hmla_gpu_tests, hmla_cpu_tests and hmla-bench from dir (built on the workstation
 # with the same nvcc, carried), else build into build-gpu/. Device-tool call: carry .deps/bin (or the
@@ -26,6 +29,20 @@ status=0
 has() { [[ "$steps" == *",$1,"* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 
+# The Python package and FlashMLA build on the CPUs while the C++ build and the GPU tests run.
+py_pid= fm_pid=
+if { has python || has compare; } && [ "${HMLA_PY_INSTALLED:-0}" != 1 ]; then
+  export PIP_BREAK_SYSTEM_PACKAGES=1
+  # Installed into the interpreter, as a user has it: the FlashMLA-style script tests run it in a
+  # clean environment.
+  python3 -m pip install -q --no-build-isolation --no-deps ./python > "$OUT/python_build.log" 2>&1 &
+  py_pid=$!
+fi
+if has compare; then
+  bash .deps/compare/build_flashmla.sh /tmp/fm > "$OUT/flashmla_build.log" 2>&1 &
+  fm_pid=$!
+fi
+
 if [ -n "${HMLA_BIN:-}" ]; then
   T=$HMLA_BIN/hmla_gpu_tests; C=$HMLA_BIN/hmla_cpu_tests; B=$HMLA_BIN/hmla-bench
 else
@@ -34,9 +51,27 @@ else
   T=build-gpu/tests/hmla_gpu_tests; C=build-gpu/tests/hmla_cpu_tests; B=build-gpu/tools/hmla-bench/hmla-bench
 fi
 
+if has prefill; then
+  echo "== gpu tests: sparse prefill"
+  timeout "${HMLA_PREFILL_TIMEOUT:-300}" "$T" --gtest_brief=1 --gtest_filter='*SparsePrefill*' > "$OUT/prefill_tests.log" 2>&1 || status=1
+  grep -E "FAILED|PASSED|tests ran|Failure|bad values|error of out" "$OUT/prefill_tests.log" | tail -n 30
+fi
+if [ -n "$py_pid" ]; then
+  echo "== python package"
+  wait "$py_pid" || { tail -n 30 "$OUT/python_build.log"; status=1; }
+fi
+if has compare; then
+  echo "== compare.py"
+  only=${HMLA_COMPARE_ONLY:-sparse_decode}
+  has dense && only=dense,$only
+  wait "$fm_pid" || { tail -n 20 "$OUT/flashmla_build.log"; status=1; }
+  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA timeout "${HMLA_COMPARE_TIMEOUT:-400}" python3 .deps/compare/compare.py \
+    --out "$OUT/compare" --only "$only" > "$OUT/compare_stdout.log" 2>&1 || status=1
+  grep -E "^sparse_decode|^sparse_prefill|^dense_decode|SUMMARY|Error|Traceback" "$OUT/compare_stdout.log" | tail -n 70
+fi
 if has tests; then
   echo "== gpu tests: sparse decode"
-  timeout "${HMLA_TEST_TIMEOUT:-300}" "$T" --gtest_brief=1 --gtest_filter='*Sparse*:*Fp8Dequant*' > "$OUT/sparse_tests.log" 2>&1 || status=1
+  timeout "${HMLA_TEST_TIMEOUT:-300}" "$T" --gtest_brief=1 --gtest_filter="${HMLA_TESTS_FILTER:-*Sparse*:*Fp8Dequant*}" > "$OUT/sparse_tests.log" 2>&1 || status=1
   grep -E "FAILED|PASSED|tests ran|Failure" "$OUT/sparse_tests.log" | tail -n 30
 fi
 if has densetests; then
@@ -45,11 +80,6 @@ if has densetests; then
   grep -E "FAILED|PASSED|tests ran" "$OUT/dense_tests.log" | tail -n 10
   "$C" --gtest_brief=1 > "$OUT/cpu_tests.log" 2>&1 || status=1
   tail -n 2 "$OUT/cpu_tests.log"
-fi
-if has prefill; then
-  echo "== gpu tests: sparse prefill"
-  timeout "${HMLA_TEST_TIMEOUT:-300}" "$T" --gtest_brief=1 --gtest_filter='*SparsePrefill*' > "$OUT/prefill_tests.log" 2>&1 || status=1
-  grep -E "FAILED|PASSED|tests ran|Failure|bad values|error of out" "$OUT/prefill_tests.log" | tail -n 30
 fi
 if has more; then
   echo "== gpu tests: NaN, device-side values, merge, fuzz of both decode families"
@@ -64,35 +94,18 @@ if has merge; then
     timeout 60 "$B" merge $row --check --no-ceilings 2>&1 | tail -n 2
   done | tee "$OUT/merge_bench.log"
 fi
-if has sanitize; then
-  for tool in ${HMLA_SANITIZERS:-memcheck racecheck}; do
-    timeout "${HMLA_SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$T" --gtest_brief=1 \
-      --gtest_filter="${HMLA_SANITIZER_FILTER:-*SparseDecodeSanitizer*}" > "$OUT/sanitizer_$tool.log" 2>&1 || status=1
-    echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -n 1)"
-  done
-fi
 if has bench; then
   echo "== hmla-bench sparse rows"
   HMLA_ANCHORS=.deps/anchors/flashmla-h200.json timeout 300 "$B" --sweep default --only sparse_decode --check \
     --json "$OUT/sparse_bench.json" > "$OUT/sparse_bench.log" 2>&1 || status=1
   tail -n 24 "$OUT/sparse_bench.log"
 fi
-if { has python || has compare; } && [ "${HMLA_PY_INSTALLED:-0}" != 1 ]; then
-  echo "== python package"
-  export PIP_BREAK_SYSTEM_PACKAGES=1
-  # Installed into the interpreter, as a user has it: the FlashMLA-style script tests run it in a
-  # clean environment.
-  python3 -m pip install -q --no-build-isolation --no-deps ./python > "$OUT/python_build.log" 2>&1 ||
-    { tail -n 30 "$OUT/python_build.log"; status=1; }
-fi
-if has compare; then
-  echo "== compare.py"
-  only=${HMLA_COMPARE_ONLY:-sparse_decode}
-  has dense && only=dense,$only
-  bash .deps/compare/build_flashmla.sh /tmp/fm > "$OUT/flashmla_build.log" 2>&1 || { tail -n 20 "$OUT/flashmla_build.log"; status=1; }
-  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA timeout "${HMLA_COMPARE_TIMEOUT:-400}" python3 .deps/compare/compare.py \
-    --out "$OUT/compare" --only "$only" > "$OUT/compare_stdout.log" 2>&1 || status=1
-  grep -E "^sparse_decode|^sparse_prefill|^dense_decode|SUMMARY|Error|Traceback" "$OUT/compare_stdout.log" | tail -n 70
+if has sanitize; then
+  for tool in ${HMLA_SANITIZERS:-memcheck racecheck}; do
+    timeout "${HMLA_SANITIZER_TIMEOUT:-200}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$T" --gtest_brief=1 \
+      --gtest_filter="${HMLA_SANITIZER_FILTER:-*SparseDecodeSanitizer*}" > "$OUT/sanitizer_$tool.log" 2>&1 || status=1
+    echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -n 1)"
+  done
 fi
 if has python; then
   echo "== python gpu tests (sparse)"

@@ -1,7 +1,7 @@
 // Token-sparse MLA prefill on Hopper (docs/API.md, "Contract 3"; FlashMLA's flash_mla_sparse_fwd):
 // every query token attends, with all h_q heads, to the bf16 kv rows its index list names. Nothing
-// to plan and no workspace: one CTA per (query token, 64-head tile), so the call is a single launch,
-// graph-capturable, allocating nothing.
+// to plan and no workspace: one launch of a persistent grid over the (query token, 64-head tile)
+// items, graph-capturable, allocating nothing.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -428,7 +428,7 @@ void validate(const SparsePrefillParams& p) {
   // ---- shape: one request per query token, 64 heads per CTA
   check_at_least(where, "s_q", p.s_q, 1);
   if (int64_t{p.s_q} * ((p.h_q + 63) / 64) > kInt32Max)
-    fail(where, "s_q", str(p.s_q), "s_q * ceil(h_q / 64) <= " + str(kInt32Max) + " (one CTA per query token and head tile)");
+    fail(where, "s_q", str(p.s_q), "s_q * ceil(h_q / 64) <= " + str(kInt32Max) + " (one work item per query token and head tile)");
   check_at_least(where, "s_kv", p.s_kv, 1);
   check_in_range(where, "h_q", p.h_q, 1, kMaxHeadsQ);
   if (p.d_qk != 576 && p.d_qk != 512) fail(where, "d_qk", str(p.d_qk), "576 or 512");

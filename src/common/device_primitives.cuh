@@ -43,6 +43,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// The barrier counts this thread's arrival once all of its earlier cp.async copies have landed (the
+// barrier's expected count includes it: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
 // ---- TMA: tiled tensor loads into shared memory, completing on an mbarrier ----
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -113,6 +119,15 @@ __device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(value) : "memory");
 }
 
+
+// Four 8 x 8 matrices of 16-bit values to shared memory: lane L gives the address of row L % 8 of
+// matrix L / 8, and register j holds the lane's pair (row lane / 4, columns 2 (lane % 4) + {0, 1})
+// of matrix j (the layout of a wgmma accumulator's 8 x 8 pieces).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
 
 // A 16-byte load from a shared-memory address (from smem_addr).
 __device__ __forceinline__ uint4 ld_shared_u128(uint32_t addr) {

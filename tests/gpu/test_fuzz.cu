@@ -12,13 +12,9 @@
 //      extra cache (its own page size, extra_topk), topk_length / extra_topk_length modes, sinks,
 //      invalid indices, duplicates, strides, softmax scale, plans for 1..8 SMs or the device.
 //
-// Case i of seed S is a pure function of (S, i). Environment:
-//   HMLA_FUZZ_SEED     the seed (default 0x484d4c41; printed at the start of each family)
-//   HMLA_FUZZ_CASE     run only case i (the failure message of a case prints its command line)
-//   HMLA_FUZZ_CASES    at most this many cases per family (default 20000)
-//   HMLA_FUZZ_SECONDS  stop a family after this long (default 30, so ~60 s for both on the H200
-//                      host; a few thousand cases each)
-// A family stops after 5 failing cases.
+//  * SparsePrefillFuzz.RandomCasesMatchReference [*Fuzz*] is in test_sparse_prefill.cu.
+// Case i of seed S is a pure function of (S, i); the driver and its environment (seed, one case,
+// case count, seconds per family) are tests/gpu/fuzz.h's.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -31,6 +27,7 @@
 
 #include "dense_decode_cases.h"
 #include "dense_decode_harness.h"
+#include "fuzz.h"
 #include "gpu_test_util.h"
 #include "harness_common.h"
 #include "sparse_decode_cases.h"
@@ -38,33 +35,6 @@
 
 namespace hmla_test {
 namespace {
-
-constexpr uint64_t kDefaultSeed = 0x484d4c41;  // "HMLA"
-constexpr int kMaxFailingCases = 5;
-// Reference multiply-adds per case before rows are sampled: ~10 ms of one core.
-constexpr double kFuzzRefBudget = 2e7;
-
-struct FuzzConfig {
-  uint64_t seed = kDefaultSeed;
-  int64_t only_case = -1;
-  int64_t max_cases = 20000;
-  double max_seconds = 30;
-};
-
-FuzzConfig fuzz_config() {
-  FuzzConfig f;
-  if (const char* s = std::getenv("HMLA_FUZZ_SEED")) f.seed = std::strtoull(s, nullptr, 0);
-  if (const char* s = std::getenv("HMLA_FUZZ_CASE")) f.only_case = std::strtoll(s, nullptr, 0);
-  f.max_cases = static_cast<int64_t>(env_double("HMLA_FUZZ_CASES", static_cast<double>(f.max_cases)));
-  f.max_seconds = env_double("HMLA_FUZZ_SECONDS", f.max_seconds);
-  return f;
-}
-
-template <class T, size_t N>
-T pick(Rng& rng, const T (&values)[N]) {
-  return values[rng.uniform_int(0, static_cast<int>(N) - 1)];
-}
-bool chance(Rng& rng, int percent) { return rng.uniform_int(0, 99) < percent; }
 
 // ------------------------------------------------------------------------------ dense
 DecodeCase random_dense_case(uint64_t seed, int64_t index) {
@@ -154,47 +124,6 @@ SparseCase random_sparse_case(uint64_t seed, int64_t index) {
   c.num_sms = pick(rng, sms);
   c.ref_budget = kFuzzRefBudget;
   return c;
-}
-
-// ------------------------------------------------------------------------------ driver
-// Runs cases 0, 1, ... of the seed (or the one HMLA_FUZZ_CASE names) until the count or the time
-// is spent or kMaxFailingCases have failed. `run_case(seed, i)` builds, runs and checks case i;
-// `describe_of(seed, i)` describes it for the failure message.
-void fuzz(const char* family, const char* filter, const std::function<std::string(uint64_t, int64_t)>& describe_of,
-          const std::function<void(uint64_t, int64_t)>& run_case) {
-  const FuzzConfig cfg = fuzz_config();
-  const auto t0 = Clock::now();
-  std::printf("[hmla] %s fuzz: HMLA_FUZZ_SEED=0x%" PRIx64 ", %s\n", family, cfg.seed,
-              cfg.only_case >= 0 ? fmt("case %lld only", static_cast<long long>(cfg.only_case)).c_str()
-                                 : fmt("up to %lld cases or %.0f s", static_cast<long long>(cfg.max_cases),
-                                       cfg.max_seconds)
-                                       .c_str());
-  std::fflush(stdout);
-  const int64_t first = cfg.only_case >= 0 ? cfg.only_case : 0;
-  const int64_t end = cfg.only_case >= 0 ? cfg.only_case + 1 : cfg.max_cases;
-  int64_t ran = 0;
-  int failing = 0;
-  const ::testing::TestResult* result = ::testing::UnitTest::GetInstance()->current_test_info()->result();
-  for (int64_t i = first; i < end; ++i) {
-    if (cfg.only_case < 0 && seconds_since(t0) > cfg.max_seconds) break;
-    const int before = result->total_part_count();
-    {
-      SCOPED_TRACE(fmt("%s fuzz case %lld; re-run it alone: HMLA_FUZZ_SEED=0x%" PRIx64
-                       " HMLA_FUZZ_CASE=%lld ./build/tests/hmla_gpu_tests --gtest_filter='%s'\n  %s",
-                       family, static_cast<long long>(i), cfg.seed, static_cast<long long>(i), filter,
-                       describe_of(cfg.seed, i).c_str()));
-      run_case(cfg.seed, i);
-    }
-    ++ran;
-    if (result->total_part_count() != before && ++failing >= kMaxFailingCases) {
-      ADD_FAILURE() << family << " fuzz: stopped after " << failing << " failing cases";
-      break;
-    }
-  }
-  std::printf("[hmla] %s fuzz: %lld cases in %.1f s, %d failing (seed 0x%" PRIx64 ")\n", family,
-              static_cast<long long>(ran), seconds_since(t0), failing, cfg.seed);
-  std::fflush(stdout);
-  EXPECT_GT(ran, 0) << "no case ran (HMLA_FUZZ_CASES / HMLA_FUZZ_SECONDS)";
 }
 
 TEST(DenseDecodeFuzz, RandomCasesMatchReference) {

@@ -24,11 +24,13 @@
 // axis, every pair of two); SparsePrefill, named cases; the varlen and sanitizer suites below. The
 // reference checks every token of a case when that costs at most 1.5e9 multiply-adds, else an even
 // sample of them (first and last included).
+// SparsePrefillFuzz: random cases (tests/gpu/fuzz.h; *Fuzz* runs it with the decode families').
 // Filter: *SparsePrefill*; the sanitizer subset is *SparsePrefillSanitizer*.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -36,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz.h"
 #include "gpu_test_util.h"
 #include "pairwise.h"
 #include "hmla/reference.h"
@@ -56,6 +59,8 @@ struct PrefillCase {
   Lengths lengths;
   Sink sink;
   bool padded;  // kv rows and out heads with 8 elements of padding
+  // Reference multiply-adds before run_case checks an even sample of the tokens instead of all.
+  double ref_budget = 1.5e9;
 };
 
 // GPU outputs against the reference's, accumulated over rows; tolerances in the file comment.
@@ -199,11 +204,11 @@ void run_case(const PrefillCase& c) {
                                                  : INFINITY);
   }
 
-  // The tokens the reference checks: every one when that costs at most kRefBudget multiply-adds,
+  // The tokens the reference checks: every one when that costs at most c.ref_budget multiply-adds,
   // else an even sample that fits it, the first and the last token included.
-  constexpr double kRefBudget = 1.5e9;
   const double token_cost = static_cast<double>(c.h_q) * c.topk * (c.d_qk + 512);
-  const int n_check = static_cast<int>(std::min<double>(c.s_q, std::max(2.0, std::floor(kRefBudget / token_cost))));
+  const int n_check =
+      static_cast<int>(std::min<double>(c.s_q, std::max(2.0, std::floor(c.ref_budget / token_cost))));
   std::vector<int> checked(n_check);
   for (int i = 0; i < n_check; ++i)
     checked[i] = n_check == c.s_q ? i : static_cast<int>(static_cast<int64_t>(i) * (c.s_q - 1) / (n_check - 1));
@@ -346,14 +351,59 @@ TEST_P(SparsePrefill, MatchesReference) { run_case(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Cases, SparsePrefill, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<PrefillCase>& i) { return i.param.name; });
 
-// Small cases for compute-sanitizer (memcheck: no read of an invalid index or NaN row).
+// Small cases for compute-sanitizer (memcheck: no read of an invalid index or NaN row; racecheck).
+// The last two give every CTA of the persistent grid several items (s_q * head tiles > 132), items
+// without a key among them (token 0's length is 0), so the hand-over between items is checked too.
 class SparsePrefillSanitizer : public ::testing::TestWithParam<PrefillCase> {};
 TEST_P(SparsePrefillSanitizer, MatchesReference) { run_case(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(
     Subset, SparsePrefillSanitizer,
     ::testing::Values(PrefillCase{"sanitizer_d576_h64", 576, 64, 3, 300, 100, 0.3, Lengths::kRandom, Sink::kFinite, true},
-                      PrefillCase{"sanitizer_d512_h16", 512, 16, 5, 70, 65, 0.5, Lengths::kPastTopk, Sink::kNone, false}),
+                      PrefillCase{"sanitizer_d512_h16", 512, 16, 5, 70, 65, 0.5, Lengths::kPastTopk, Sink::kNone, false},
+                      PrefillCase{"sanitizer_d576_h100_items", 576, 100, 150, 200, 130, 0.2, Lengths::kRandom,
+                                  Sink::kFinite, false},
+                      PrefillCase{"sanitizer_d512_h64_items", 512, 64, 300, 90, 64, 0.1, Lengths::kRandom,
+                                  Sink::kNone, true}),
     [](const ::testing::TestParamInfo<PrefillCase>& i) { return i.param.name; });
+
+// Random cases (tests/gpu/fuzz.h): d_qk, h_q 1..128, s_q 1..8 or up to 400 (several items per CTA of
+// the persistent grid), s_kv 1..5000, topk 1..600 with the tile edges, invalid rates up to 100 %,
+// topk_length modes, sinks, padded strides; the reference on every token or a sample.
+PrefillCase random_prefill_case(uint64_t seed, int64_t index) {
+  Rng rng(hmla_test::mix_seed(seed ^ 0x50524546494c4cull, static_cast<uint64_t>(index)));
+  PrefillCase c;
+  c.name = hmla_test::fmt("PrefillFuzz_%016" PRIx64 "_%lld", seed, static_cast<long long>(index));
+  c.d_qk = hmla_test::chance(rng, 50) ? 576 : 512;
+  const int h_qs[] = {1, 2, 16, 17, 63, 64, 65, 100, 128};
+  c.h_q = hmla_test::pick(rng, h_qs);
+  c.s_q = hmla_test::chance(rng, 80) ? rng.uniform_int(1, 8) : rng.uniform_int(100, 400);
+  const int s_kvs[] = {1, 2, 63, 64, 65, 129};
+  c.s_kv = hmla_test::chance(rng, 30) ? hmla_test::pick(rng, s_kvs) : rng.uniform_int(1, 5000);
+  const int topks[] = {1, 2, 63, 64, 65, 127, 128, 129, 192};
+  c.topk = hmla_test::chance(rng, 40) ? hmla_test::pick(rng, topks) : rng.uniform_int(1, 600);
+  const double invalid_rates[] = {0.0, 0.0, 0.1, 0.3, 1.0};
+  c.invalid_rate = hmla_test::pick(rng, invalid_rates);
+  const Lengths lengths[] = {Lengths::kNone, Lengths::kNone, Lengths::kRandom, Lengths::kPastTopk};
+  c.lengths = hmla_test::pick(rng, lengths);
+  const Sink sinks[] = {Sink::kNone, Sink::kNone, Sink::kFinite, Sink::kMinusInf, Sink::kPlusInf};
+  c.sink = hmla_test::pick(rng, sinks);
+  c.padded = hmla_test::chance(rng, 30);
+  c.ref_budget = hmla_test::kFuzzRefBudget;
+  return c;
+}
+
+std::string describe(const PrefillCase& c) {
+  return hmla_test::fmt("%s: d_qk=%d h_q=%d s_q=%d s_kv=%d topk=%d invalid=%g lengths=%d sink=%d padded=%d",
+                        c.name.c_str(), c.d_qk, c.h_q, c.s_q, c.s_kv, c.topk, c.invalid_rate,
+                        static_cast<int>(c.lengths), static_cast<int>(c.sink), c.padded ? 1 : 0);
+}
+
+TEST(SparsePrefillFuzz, RandomCasesMatchReference) {
+  hmla_test::fuzz(
+      "sparse prefill", "SparsePrefillFuzz.*",
+      [](uint64_t s, int64_t i) { return describe(random_prefill_case(s, i)); },
+      [](uint64_t s, int64_t i) { run_case(random_prefill_case(s, i)); });
+}
 
 
 // ------------------------------------------------------------------------ the batched (varlen) form

@@ -2,7 +2,7 @@
 // (docs/SPARSE_DECODE.md).
 //
 // One CTA = one (work range, query tile of 64 heads). A request is one query token; its keys are
-// the tokens its index lists name, gathered 64 at a time into a 16-bit K tile (fp16 from the FP8 caches, bf16 rows in prefill).
+// the tokens its index lists name, gathered 64 at a time into an fp16 K tile.
 //   warpgroup 0: producers. Each tile is gathered by all four warps, 16 tokens each: a thread
 //     loads 16-byte pieces of FP8 rows into registers, dequantises them on the CUDA cores and
 //     stores fp16 into the 128-byte-swizzled layout wgmma reads. Every register a store frees is
@@ -10,8 +10,8 @@
 //     this tile's stores (and the wait for its stage); the indices of the tile after are loaded
 //     at the same time and located when the stores are done.
 //   warpgroup 1: the scorer. S = Q K^T over d_qk, the online softmax, P to shared memory, then
-//     P V for output columns [0, 256). It also loads each request's Q with TMA (and converts it to fp16
-//     for the FP8 caches: docs/SPARSE_DECODE.md, "Number formats").
+//     P V for output columns [0, 256). It also loads each request's Q with TMA and converts it to fp16
+//     (docs/SPARSE_DECODE.md, "Number formats").
 //   warpgroup 2: P V for output columns [256, 512).
 #pragma once
 
@@ -35,7 +35,6 @@ struct CacheFormat;
 
 template <>
 struct CacheFormat<SparseCacheLayout::kV32> {
-  static constexpr bool kBf16 = false;
   static constexpr int kHeadDim = 576;
   static constexpr int kNope = 512;          // e4m3 values
   static constexpr int kTokenStride = 656;   // token t at page + t * 656
@@ -57,7 +56,6 @@ struct CacheFormat<SparseCacheLayout::kV32> {
 
 template <>
 struct CacheFormat<SparseCacheLayout::kModel1> {
-  static constexpr bool kBf16 = false;
   static constexpr int kHeadDim = 512;
   static constexpr int kNope = 448;
   static constexpr int kTokenStride = 576;   // token t's data at page + t * 576
@@ -77,30 +75,15 @@ struct CacheFormat<SparseCacheLayout::kModel1> {
   }
 };
 
-// Rows of a bf16 tensor (sparse prefill's kv [s_kv, d_qk]), seen as pages of one token each
-// (page_size 1, block_stride_bytes = the row stride): an index addresses its row directly, and the
-// validity rule (0 <= index < num_slots = s_kv) is the FP8 caches'. No scales, no dequantisation:
-// the producers copy the rows into the K stage as they are (cp.async).
-template <int kHeadDimT>
-struct Bf16Rows {
-  static constexpr bool kBf16 = true;
-  static constexpr int kHeadDim = kHeadDimT;
-  static constexpr int kPieces = kHeadDim * 2 / 16;  // 16-byte pieces per row
-  static constexpr int kTokenStride = 0;             // one token per page: its offset is always 0
-  __host__ __device__ static int64_t scale_offset(int /*page_size*/, int /*offset*/) { return 0; }
-};
-
-// Tiles, warp roles and shared memory of the kernel for one row format. kPrefill: one CTA per
-// (query token, head tile) with no plan and no split (sparse prefill, docs/SPARSE_PREFILL.md).
-template <typename FormatT, bool kPrefillT>
+// Tiles, warp roles and shared memory of the kernel for one FP8 layout.
+template <typename FormatT>
 struct ConfigT {
   using Format = FormatT;
-  static constexpr bool kPrefill = kPrefillT;
-  // The 16-bit type of Q, K, V and P in shared memory and in the wgmma. The FP8 caches dequantise to
+  static constexpr bool kPrefill = false;  // the shared output writer also serves sparse prefill
+  // The 16-bit type of Q, K, V and P in shared memory and in the wgmma: the FP8 caches dequantise to
   // fp16 (fp8_dequant.cuh says why) and each request's bf16 Q is converted to fp16 with a power-of-two
-  // prescale (docs/SPARSE_DECODE.md, "Number formats"); bf16 rows (prefill) stay bf16.
-  static constexpr bool kHalfMath = !FormatT::kBf16;
-  using Element = std::conditional_t<kHalfMath, cute::half_t, cute::bfloat16_t>;
+  // prescale (docs/SPARSE_DECODE.md, "Number formats").
+  using Element = cute::half_t;
   static constexpr int kBlockM = 64;     // heads per tile (one wgmma M)
   static constexpr int kQRows = kBlockM;  // head rows of the Q tile in shared memory
   static constexpr int kBlockN = 64;     // gathered tokens per K tile
@@ -120,12 +103,11 @@ struct ConfigT {
   // at the compiled 168 each (65536 / 384 rounded down to a multiple of 8). An increase that the
   // others' decreases do not cover blocks forever.
   static constexpr int kLaunchRegs = 168;
-  // The FP8 producers hold a tile's loads (~84 registers) and more: at 144, MODEL1's producer
-  // spilled a register; the helper keeps 64 x 256 of O (128) and little else, so it gives 8
-  // to them. The bf16 producers copy with cp.async and need few, which the scorer takes.
-  static constexpr int kProducerRegs = FormatT::kBf16 ? 96 : 152;
-  static constexpr int kScorerRegs = FormatT::kBf16 ? 240 : 192;
-  static constexpr int kHelperRegs = FormatT::kBf16 ? kLaunchRegs : 160;
+  // The producers hold a tile's loads (~84 registers) and more: at 144, MODEL1's producer spilled a
+  // register; the helper keeps 64 x 256 of O (128) and little else, so it gives 8 to them.
+  static constexpr int kProducerRegs = 152;
+  static constexpr int kScorerRegs = 192;
+  static constexpr int kHelperRegs = 160;
   static_assert(kProducerRegs + kScorerRegs + kHelperRegs <= 3 * kLaunchRegs, "setmaxnreg: more registers than the CTA has");
   static_assert(kTokensPerProducerWarp <= 32, "one token's addresses per lane");
 
@@ -154,9 +136,9 @@ struct ConfigT {
     float row_sum[kBlockM];    // a request's softmax denominator, at its last tile
     float row_max[kBlockM];    // and its running max (log2 domain)
     alignas(16) uint32_t valid[kStages][kProducerWarps];  // bit t of word w: token 16 w + t is a key
-    uint32_t q_absmax[4];  // per scorer warp: the largest |q| bits of the request's Q tile (kHalfMath)
+    uint32_t q_absmax[4];  // per scorer warp: the largest |q| bits of the request's Q tile
     uint64_t q_full;
-    uint64_t q_converted;  // the scorer's 128 threads, twice per request (kHalfMath)
+    uint64_t q_converted;  // the scorer's 128 threads, twice per request
     uint64_t k_full[kStages];
     uint64_t k_empty[kStages];
   };
@@ -176,11 +158,9 @@ struct ConfigT {
 //     shared memory, O^T += V^T P^T (M = 512 output columns in eight wgmma rows, N = heads).
 template <typename FormatT, int kHeadsT>
 struct NarrowConfigT {
-  static_assert(!FormatT::kBf16, "the narrow form serves the FP8 caches");
   static_assert(kHeadsT == 16 || kHeadsT == 32, "16 or 32 heads per CTA");
   using Format = FormatT;
   static constexpr bool kPrefill = false;
-  static constexpr bool kHalfMath = true;
   using Element = cute::half_t;
   static constexpr int kHeads = kHeadsT;  // wgmma N
   static constexpr int kQRows = kHeads;
@@ -243,10 +223,7 @@ struct NarrowConfigT {
 template <SparseCacheLayout kLayout, int kHeads>
 using NarrowConfig = NarrowConfigT<CacheFormat<kLayout>, kHeads>;
 
-// FP8 caches of sparse decode, and the bf16 rows of sparse prefill.
 template <SparseCacheLayout kLayout>
-using Config = ConfigT<CacheFormat<kLayout>, false>;
-template <int kHeadDim>
-using PrefillConfig = ConfigT<Bf16Rows<kHeadDim>, true>;
+using Config = ConfigT<CacheFormat<kLayout>>;
 
 }  // namespace hmla::sm90::sparse_decode

@@ -403,86 +403,6 @@ __device__ void producer_loop_two_tiles(typename Cfg::SharedStorage& smem, const
   }
 }
 
-// 16 bytes from global to shared memory without registers; src_bytes 0 zero-fills them and reads
-// nothing (the source address must still be a valid one).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const uint8_t* src, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-// The stage's barrier counts this thread's arrival once its cp.async copies have landed.
-__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(dev::smem_addr(bar)) : "memory");
-}
-
-// The kv rows that sparse prefill's query token `token` indexes: all of kv in the flat form; in the
-// batched form those of its sequence, the i with cu_seqlens_q[i] <= token < cu_seqlens_q[i + 1],
-// found by binary search (exact when cu_seqlens_q is non-decreasing). The arrays are device data
-// that the host never saw: a token in no sequence gets no row (every index invalid: out 0, lse
-// +inf), and the offset and length are clamped into kv, so no value reads outside the arrays or kv.
-__device__ __forceinline__ SparseCacheView sequence_rows(const KernelParams& p, int token) {
-  SparseCacheView rows = p.cache;
-  if (p.num_seqs == 0) return rows;
-  int lo = 0, hi = p.num_seqs;  // the last i in [0, num_seqs) with cu_seqlens_q[i] <= token is lo - 1
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (__ldg(p.cu_seqlens_q + mid) <= token)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  const int seq = lo - 1;
-  int64_t offset = 0, len = 0;
-  if (seq >= 0 && token < __ldg(p.cu_seqlens_q + seq + 1)) {
-    const int64_t o = __ldg(p.seq_kv_offset + seq), l = __ldg(p.seq_kv_len + seq);
-    offset = o < 0 ? 0 : (o > rows.num_slots ? rows.num_slots : o);
-    len = l < 0 ? 0 : (l > rows.num_slots - offset ? rows.num_slots - offset : l);
-  }
-  // Invalid tokens zero-fill from rows.data, which must stay an address inside kv: with no row, the
-  // first row of kv rather than one past its end.
-  if (len == 0) offset = 0;
-  rows.data += offset * rows.block_stride_bytes;
-  rows.num_slots = len;
-  return rows;
-}
-
-// The producers of bf16 rows (sparse prefill): each warp copies its 16 tokens of a tile straight into
-// the 128-byte-swizzled K stage with cp.async, 16 bytes per instruction, a row's pieces spread over
-// the lanes; an invalid token's pieces are zero-filled from the first row, never from its index.
-// `rows` is the request's sequence_rows (prefill has no extra list).
-template <typename Cfg>
-__device__ void copy_producer_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
-                                   const detail::PartMetadata& meta, const SparseCacheView rows) {
-  static_assert(Cfg::kPrefill, "one CTA per query token: one sequence's rows");
-  using Format = typename Cfg::Format;
-  constexpr int kTokens = Cfg::kTokensPerProducerWarp;
-  constexpr int kCopies = kTokens * Format::kPieces;
-  static_assert(kCopies % 32 == 0, "whole pieces per lane");
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int row0 = warp * kTokens;
-  TileCursor cur;
-  cur.start(p, meta);
-  for (int n = 0; !cur.done(meta); ++n, cur.next(p, meta)) {
-    const int stage = n % Cfg::kStages;
-    const PendingTile t = cur.pending<Cfg>(p, row0, lane);
-    const bool valid = t.index >= 0 && static_cast<int64_t>(t.index) < rows.num_slots;
-    const uint32_t mask = __ballot_sync(0xffffffffu, valid);
-    const uint8_t* row = valid ? rows.data + static_cast<int64_t>(t.index) * rows.block_stride_bytes : rows.data;
-    dev::mbar_wait(&smem.k_empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
-    if (lane == 0) smem.valid[stage][warp] = mask;
-    const uint32_t tile = dev::smem_addr(smem.k[stage]);
-#pragma unroll 4
-    for (int j = 0; j < kCopies / 32; ++j) {
-      const int k = 32 * j + lane;
-      const int token = k / Format::kPieces, piece = k % Format::kPieces;
-      const uint8_t* src = shfl_ptr(row, token) + 16 * piece;
-      const int r = row0 + token, group = piece % 8;
-      const uint32_t dst = tile + (piece / 8) * (64 * 128) + r * 128 + ((group ^ (r & 7)) << 4);
-      cp_async_16(dst, src, ((mask >> token) & 1u) ? 16u : 0u);
-    }
-    cp_async_arrive(&smem.k_full[stage]);
-  }
-}
-
 // ------------------------------------------------------------------------------------ consumers
 
 template <typename Cfg>
@@ -702,7 +622,7 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
   int q_loaded = -1;  // the request whose Q was issued last
   for (int r = meta.begin_req; r <= meta.end_req; ++r) {
     const Request q = request_of(p, meta, r);
-    const bool split = !Cfg::kPrefill && p.req_num_splits[r] > 1;
+    const bool split = p.req_num_splits[r] > 1;
     const int slot = split ? p.req_split_base[r] + (r == meta.begin_req ? meta.begin_split_idx : 0) : 0;
     float row_m[2] = {-INFINITY, -INFINITY};
     float row_l[2] = {0.f, 0.f};  // this thread's columns' share until the piece's last tile
@@ -713,7 +633,7 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
       dev::mbar_wait(&smem.q_full, q_phase);
       q_phase ^= 1;
       float score_scale = p.scale_log2;
-      if constexpr (Cfg::kHalfMath) score_scale *= convert_q_to_half<Cfg>(smem, wtid, conv_phase);
+      score_scale *= convert_q_to_half<Cfg>(smem, wtid, conv_phase);
       for (int u = q.u0; u < q.u1; ++u, ++g) {
         const int stage = g % Cfg::kStages;
         const uint32_t phase = (g / Cfg::kStages) & 1;
@@ -810,7 +730,7 @@ __device__ void helper_loop(typename Cfg::SharedStorage& smem, const KernelParam
   int g = 0;
   for (int r = meta.begin_req; r <= meta.end_req; ++r) {
     const Request q = request_of(p, meta, r);
-    const bool split = !Cfg::kPrefill && p.req_num_splits[r] > 1;
+    const bool split = p.req_num_splits[r] > 1;
     const int slot = split ? p.req_split_base[r] + (r == meta.begin_req ? meta.begin_split_idx : 0) : 0;
     float row_m[2] = {-INFINITY, -INFINITY};
     float row_l[2] = {0.f, 0.f};
@@ -861,16 +781,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ char smem_raw[];
   const uint32_t misalign = dev::smem_addr(smem_raw) & 1023u;
   auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw + ((1024u - misalign) & 1023u));
-  // Decode: blockIdx.x is the head tile, z the plan's part. Prefill: x = token * head tiles + tile.
-  const int part = Cfg::kPrefill ? static_cast<int>(blockIdx.x) / p.num_m_blocks : static_cast<int>(blockIdx.z);
-  const int m = Cfg::kPrefill ? static_cast<int>(blockIdx.x) % p.num_m_blocks : static_cast<int>(blockIdx.x);
+  // blockIdx.x is the head tile, z the plan's part.
+  const int part = static_cast<int>(blockIdx.z);
+  const int m = static_cast<int>(blockIdx.x);
   const int warpgroup = threadIdx.x / 128;
 
   dev::pdl_launch_dependents();
   if (threadIdx.x == 0) {
     dev::tma_prefetch_descriptor(&q_map);
     dev::mbar_init(&smem.q_full, 1);
-    if constexpr (Cfg::kHalfMath) dev::mbar_init(&smem.q_converted, 128);
+    dev::mbar_init(&smem.q_converted, 128);
     for (int s = 0; s < Cfg::kStages; ++s) {
       dev::mbar_init(&smem.k_full[s], Cfg::kProducerThreads);
       dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
@@ -883,27 +803,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   dev::pdl_wait_for_prerequisites();
   __syncthreads();
 
-  detail::PartMetadata meta;
-  if constexpr (Cfg::kPrefill) {
-    // One request (query token) per CTA, all of its tiles, never split.
-    meta.begin_req = meta.end_req = part;
-    meta.begin_unit = 0;
-    meta.begin_seqlen = p.work.main_keys(part);
-    meta.begin_extra_keys = 0;
-    meta.begin_split_idx = 0;
-    const int tiles = detail::blocks_of(meta.begin_seqlen);
-    meta.end_unit = tiles > 0 ? tiles : 1;
-  } else {
-    meta = p.parts[part];
-  }
+  const detail::PartMetadata meta = p.parts[part];
   if (meta.begin_req >= p.requests) return;
 
   if (warpgroup == 0) {
     dev::warpgroup_reg_dealloc<Cfg::kProducerRegs>();
-    if constexpr (Cfg::Format::kBf16)
-      copy_producer_loop<Cfg>(smem, p, meta, sequence_rows(p, part));
-    else
-      producer_loop<Cfg>(smem, p, meta);
+    producer_loop<Cfg>(smem, p, meta);
   } else if (warpgroup == 1) {
     dev::warpgroup_reg_alloc<Cfg::kScorerRegs>();
     scorer_loop<Cfg>(smem, p, &q_map, meta, m);
@@ -921,15 +826,6 @@ void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int num
   detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
   detail::launch_after_prerequisites(kernel, dim3(num_m_blocks, 1, num_sm_parts), dim3(Cfg::kThreads),
                                      Cfg::kSmemBytes, stream, q_map, params);
-}
-
-template <int kHeadDim>
-void launch_prefill_kernel(const CUtensorMap& q_map, const KernelParams& params, cudaStream_t stream) {
-  using Cfg = PrefillConfig<kHeadDim>;
-  auto kernel = sparse_decode_kernel<Cfg>;
-  detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
-  const dim3 grid(static_cast<unsigned>(params.requests) * static_cast<unsigned>(params.num_m_blocks));
-  detail::launch_after_prerequisites(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, q_map, params);
 }
 
 }  // namespace hmla::sm90::sparse_decode

@@ -47,8 +47,8 @@ struct KernelParams {
   int64_t out_batch_stride, out_token_stride, out_head_stride;
   float* lse;
   int64_t lse_batch_stride, lse_head_stride;
-  // Sparse prefill only (PrefillConfig): [requests][h_q] at the lse's strides, and the head tiles
-  // per query token (the grid's x is token * num_m_blocks + tile).
+  // Sparse prefill only (src/sm90/sparse_prefill/, which shares this parameter block): max_logits
+  // [requests][h_q] at the lse's strides, and the head tiles per query token.
   float* max_logits;
   int num_m_blocks;
   // Sparse prefill's batched form (num_seqs > 0; SparsePrefillParams): `cache` is all of kv, and
@@ -73,10 +73,6 @@ void launch_narrow_kernel(const CUtensorMap& q_map, const KernelParams& params, 
 CUtensorMap q_map_and_fields(const void* q, int d_qk, int h_q, int s_q, int batch, int64_t head_stride,
                              int64_t token_stride, int64_t batch_stride, float softmax_scale, KernelParams& kp);
 
-// Sparse prefill: this kernel in prefill mode over bf16 rows (d_qk 576 or 512), one CTA per (query
-// token, head tile); src/sm90/sparse_prefill/ builds the parameters.
-template <int kHeadDim>
-void launch_prefill_kernel(const CUtensorMap& q_map, const KernelParams& params, cudaStream_t stream);
 
 // Validated params and a matching schedule in; the attention and, for split requests, the combine.
 void launch(const SparseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream);

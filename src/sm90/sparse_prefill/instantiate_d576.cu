@@ -1,7 +1,7 @@
-#include "sm90/sparse_decode/kernel.cuh"
+#include "sm90/sparse_prefill/kernel.cuh"
 
-namespace hmla::sm90::sparse_decode {
+namespace hmla::sm90::sparse_prefill {
 
-template void launch_prefill_kernel<576>(const CUtensorMap&, const KernelParams&, cudaStream_t);
+template void launch_kernel<576>(const CUtensorMap&, const KernelParams&, cudaStream_t);
 
-}  // namespace hmla::sm90::sparse_decode
+}  // namespace hmla::sm90::sparse_prefill

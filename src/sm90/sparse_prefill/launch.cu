@@ -1,5 +1,5 @@
-// Host side of sparse prefill on sm90: the parameters of the sparse decode kernel in prefill mode
-// (src/sm90/sparse_prefill/launch.h says why it is that kernel).
+// Host side of sparse prefill on sm90: the parameters, in the sparse decode kernel's parameter block
+// (the prefill kernel shares its Q load, row view and output writer).
 //   - The kv rows are an FP8 cache's place taken by bf16 rows: pages of one token
 //     (block_stride_bytes = the row stride), so an index addresses its row and indices outside
 //     [0, s_kv) are invalid exactly as in decode.
@@ -51,9 +51,9 @@ void launch(const SparsePrefillParams& params, cudaStream_t stream) {
   kp.seq_kv_len = params.seq_kv_len;
 
   if (params.d_qk == 576)
-    sparse_decode::launch_prefill_kernel<576>(q_map, kp, stream);
+    launch_kernel<576>(q_map, kp, stream);
   else
-    sparse_decode::launch_prefill_kernel<512>(q_map, kp, stream);
+    launch_kernel<512>(q_map, kp, stream);
   HMLA_CUDA_CHECK(cudaGetLastError());
 }
 
