@@ -38,6 +38,13 @@ __device__ __forceinline__ Item item_of(const KernelParams& p, int w) {
 
 __device__ __forceinline__ int items_of(const KernelParams& p) { return p.requests * p.num_m_blocks; }
 
+// The item after w in this CTA's order (one with no key past the last). Every role reads it at the
+// top of w's loop body, so that its length's load overlaps w's work.
+__device__ __forceinline__ Item next_item_of(const KernelParams& p, int w) {
+  const int next = w + static_cast<int>(gridDim.x);
+  return next < items_of(p) ? item_of(p, next) : Item{};
+}
+
 // The first item at or after w (stepping by the grid) that has a key, or -1: only those load Q.
 __device__ __forceinline__ int next_item_with_keys(const KernelParams& p, int w) {
   for (; w < items_of(p); w += gridDim.x)
@@ -176,10 +183,10 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
   const uint64_t policy = l2_evict_last_policy();
   const uint32_t buf0 = dev::smem_addr(smem.k[0]), buf1 = dev::smem_addr(smem.k[1]);
   uint32_t n = 0;  // pairs so far: the parity of every K barrier
+  Item it = item_of(p, blockIdx.x);
   for (int w = blockIdx.x; w < items_of(p); w += gridDim.x) {
-    const Item it = item_of(p, w);
-    if (it.pairs == 0) continue;
-    const SparseCacheView rows = sequence_rows(p, it.token);
+    const Item next = next_item_of(p, w);
+    const SparseCacheView rows = it.pairs > 0 ? sequence_rows(p, it.token) : SparseCacheView{};
     const int32_t* list = p.indices + static_cast<int64_t>(it.token) * p.indices_batch_stride;
     for (int j = 0; j < it.pairs; ++j, ++n) {
       PairCopier<Cfg> c;
@@ -200,6 +207,7 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
       c.template copy<0, kL>(buf1, 1, dst_in_chunk, policy);
       dev::cp_async_mbar_arrive(&smem.k_ready[1][0]);
     }
+    it = next;
   }
 }
 
@@ -449,7 +457,7 @@ __device__ void consumer_a_loop(typename Cfg::SharedStorage& smem, const KernelP
   Item it = item_of(p, blockIdx.x);
   for (int w = blockIdx.x; w < items_of(p); w += gridDim.x, ++items) {
     // The next item's length loads while this one runs.
-    const Item next = w + static_cast<int>(gridDim.x) < items_of(p) ? item_of(p, w + gridDim.x) : Item{};
+    const Item next = next_item_of(p, w);
     const int next_q = ctid == 0 && it.pairs > 0 ? next_item_with_keys(p, w + gridDim.x) : -1;
     c.start_item();
     if (it.pairs > 0) {
@@ -532,7 +540,7 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
   int items = 0;
   Item it = item_of(p, blockIdx.x);
   for (int w = blockIdx.x; w < items_of(p); w += gridDim.x, ++items) {
-    const Item next = w + static_cast<int>(gridDim.x) < items_of(p) ? item_of(p, w + gridDim.x) : Item{};
+    const Item next = next_item_of(p, w);
     c.start_item();
     if (it.pairs > 0) {
       dev::mbar_wait(&smem.q_full, q_parity);
