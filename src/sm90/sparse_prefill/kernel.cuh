@@ -394,9 +394,15 @@ __device__ __forceinline__ void warp_arrive(uint64_t* bar) {
   if (threadIdx.x % 32 == 0) dev::mbar_arrive(bar);
 }
 
+// The tile's key bits, read by lane 0 of each warp and handed to the others by shuffle: the lane that
+// reads them is the one whose release (warp_arrive) lets the producer overwrite them, an order
+// racecheck can follow.
 template <typename Cfg>
 __device__ __forceinline__ uint64_t read_valid(const typename Cfg::SharedStorage& smem, int buffer) {
-  return smem.valid[buffer][0] | smem.valid[buffer][1] | smem.valid[buffer][2] | smem.valid[buffer][3];
+  uint64_t bits = 0;
+  if (threadIdx.x % 32 == 0)
+    bits = smem.valid[buffer][0] | smem.valid[buffer][1] | smem.valid[buffer][2] | smem.valid[buffer][3];
+  return __shfl_sync(0xffffffffu, static_cast<unsigned long long>(bits), 0);
 }
 
 // The end of an item, both consumers: the denominators of a row are the sum of both consumers'
