@@ -24,14 +24,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-LABEL_KEYS = ("layout", "b", "s_q", "h_q", "s_k", "topk", "extra_topk", "causal")
+LABEL_KEYS = ("layout", "b", "s_q", "h_q", "d_qk", "s_k", "s_kv", "topk", "extra_topk", "causal")
 
 
 def row_label(row):
     parts = []
     for k in LABEL_KEYS:
         v = row.get(k)
-        if v in (None, 0, False, "bf16") and k not in ("b", "s_q", "h_q"):
+        # Keys a kind does not have (prefill rows have no batch) are left out; zeros only where
+        # they mean "none" (no extra list, not causal).
+        if v is None or (v in (0, False, "bf16") and k not in ("b", "s_q", "h_q")):
             continue
         if k == "layout":
             parts.append(str(v).replace("fp8_", ""))
