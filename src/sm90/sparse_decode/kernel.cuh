@@ -522,6 +522,27 @@ __device__ __forceinline__ void store_output(const KernelParams& p, const Reques
   }
 }
 
+// acc (+)= A B^T over all k-steps of the fragments, issued and committed as one wgmma batch (not
+// waited for); kClear starts the accumulator from zero. Every product of the sparse kernels: the wide
+// form's S = Q K^T and O += P V, the narrow form's S^T = K Q^T and O^T += V^T P^T, the prefill's.
+template <bool kClear, typename Mma, typename TA, typename TB, typename TC>
+__device__ __forceinline__ void issue_mma_batch(Mma& mma, const TA& a, const TB& b, TC& acc) {
+  warpgroup_fence_operand(acc);
+  warpgroup_arrive();
+  mma.accumulate_ = kClear ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    gemm(mma, a(_, _, k), b(_, _, k), acc);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+}
+
+template <typename Mma, typename TA, typename TB, typename TC>
+__device__ __forceinline__ void issue_scores(Mma& mma, const TA& a, const TB& b, TC& acc) {
+  issue_mma_batch<true>(mma, a, b, acc);
+}
+
 // The state both consumer warpgroups keep: the MMA of O and its fragment, this thread's rows.
 template <typename Cfg>
 struct Consumer {
@@ -551,12 +572,7 @@ struct Consumer {
     Tensor sVt = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutVt{});
     Tensor tOrP = thr_o.partition_fragment_A(sP);
     Tensor tOrV = thr_o.partition_fragment_B(sVt);
-    warpgroup_fence_operand(tOrO);
-    warpgroup_arrive();
-    mma_o.accumulate_ = GMMA::ScaleOut::One;
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(tOrP); ++k) gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
-    warpgroup_commit_batch();
+    issue_mma_batch<false>(mma_o, tOrP, tOrV, tOrO);
   }
 
   __device__ void retire() {
@@ -564,21 +580,6 @@ struct Consumer {
     warpgroup_fence_operand(tOrO);
   }
 };
-
-// acc = A B^T over a stage's k-steps, issued as one wgmma batch (committed, not waited for): the wide
-// form's S = Q K^T and the narrow form's S^T = K Q^T.
-template <typename Mma, typename TA, typename TB, typename TC>
-__device__ __forceinline__ void issue_scores(Mma& mma, const TA& a, const TB& b, TC& acc) {
-  warpgroup_fence_operand(acc);
-  warpgroup_arrive();
-  mma.accumulate_ = GMMA::ScaleOut::Zero;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    gemm(mma, a(_, _, k), b(_, _, k), acc);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-}
 
 // After issue_scores: the previous tile's P V was committed before these scores, so once it retires
 // (wgmma batches complete in order) its stage is released while the scores still run, and the

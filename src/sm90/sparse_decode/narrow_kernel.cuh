@@ -160,12 +160,7 @@ __device__ void narrow_consumer_loop(typename Cfg::SharedStorage& smem, const Ke
         dev::named_barrier_sync(kBarrierNarrowP, Cfg::kConsumerThreads);
         Tensor sVt = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutVt{});
         Tensor tOrV = thr_o.partition_fragment_A(sVt);
-        warpgroup_fence_operand(tOrO);
-        warpgroup_arrive();
-        mma_o.accumulate_ = GMMA::ScaleOut::One;
-        CUTE_UNROLL
-        for (int k = 0; k < size<2>(tOrV); ++k) gemm(mma_o, tOrV(_, _, k), tOrP(_, _, k), tOrO);
-        warpgroup_commit_batch();
+        issue_mma_batch<false>(mma_o, tOrV, tOrP, tOrO);
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);

@@ -238,20 +238,15 @@ __device__ __forceinline__ void issue_scores(typename Cfg::SharedStorage& smem, 
 }
 
 // O_half += P V_half, P from registers (the consumer's own tile), V_half the consumer's 256 columns
-// of K buffer `k_tile`.
+// of a K buffer.
 template <typename Cfg, typename TP, typename TO>
 __device__ __forceinline__ void issue_pv_from_registers(const typename Cfg::Element* v_half, TP& tOrP, TO& tOrO) {
   typename Cfg::MmaPvRegs mma;
   auto thr = mma.get_thread_slice(threadIdx.x % 128);
   Tensor sVt = make_tensor(make_smem_ptr(opaque(v_half)), typename Cfg::SmemLayoutVtHalf{});
   Tensor tOrV = thr.partition_fragment_B(sVt);
-  warpgroup_fence_operand(tOrO);
-  warpgroup_fence_operand(tOrP);
-  warpgroup_arrive();
-  mma.accumulate_ = GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(tOrP); ++k) gemm(mma, tOrP(_, _, k), tOrV(_, _, k), tOrO);
-  warpgroup_commit_batch();
+  warpgroup_fence_operand(tOrP);  // P's registers are written before the wgmma reads them
+  sparse_decode::issue_mma_batch<false>(mma, tOrP, tOrV, tOrO);
 }
 
 // O_half += P V_half with the other consumer's P from shared memory.
@@ -262,14 +257,7 @@ __device__ __forceinline__ void issue_pv_from_smem(const typename Cfg::Element* 
   auto thr = mma.get_thread_slice(threadIdx.x % 128);
   Tensor sP = make_tensor(make_smem_ptr(opaque(p_tile)), typename Cfg::SmemLayoutP{});
   Tensor sVt = make_tensor(make_smem_ptr(opaque(v_half)), typename Cfg::SmemLayoutVtHalf{});
-  Tensor tOrP = thr.partition_fragment_A(sP);
-  Tensor tOrV = thr.partition_fragment_B(sVt);
-  warpgroup_fence_operand(tOrO);
-  warpgroup_arrive();
-  mma.accumulate_ = GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(tOrP); ++k) gemm(mma, tOrP(_, _, k), tOrV(_, _, k), tOrO);
-  warpgroup_commit_batch();
+  sparse_decode::issue_mma_batch<false>(mma, thr.partition_fragment_A(sP), thr.partition_fragment_B(sVt), tOrO);
 }
 
 // A consumer's state. Thread rows: this thread holds rows rows[0] and rows[1] = rows[0] + 8 of the
@@ -329,6 +317,18 @@ struct Consumer {
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
     }
+  }
+
+  // Writes the running max `m` of this thread's rows for the other consumer and signals `bar` (one
+  // arrival per thread: warp_arrive says why). The __syncwarp: every lane has read the max that
+  // this overwrites (the last pair's, or A's).
+  __device__ void publish_max(typename Cfg::SharedStorage& smem, const float (&m)[2], uint64_t* bar) const {
+    __syncwarp();
+    if (lane % 4 == 0) {
+      smem.row_max[rows[0]] = m[0];
+      smem.row_max[rows[1]] = m[1];
+    }
+    dev::mbar_arrive(bar);
   }
 
   // Moves O and the denominators to the max `m` (>= row_m), then P = exp2(S - m) in tSrS (float32)
@@ -482,12 +482,7 @@ __device__ void consumer_a_loop(typename Cfg::SharedStorage& smem, const KernelP
         c.mask_and_max(read_valid<Cfg>(smem, 0), p.scale_log2, m);
 #pragma unroll
         for (int h = 0; h < 2; ++h) m[h] = fmaxf(c.row_m[h], m[h]);
-        __syncwarp();  // every lane read the last pair's max before it is overwritten
-        if (c.lane % 4 == 0) {
-          smem.row_max[c.rows[0]] = m[0];
-          smem.row_max[c.rows[1]] = m[1];
-        }
-        dev::mbar_arrive(&smem.a_max);
+        c.publish_max(smem, m, &smem.a_max);
         c.exponentiate(m);
         issue_pv_from_registers<Cfg>(v0, c.tOrP, c.tOrO);
         warpgroup_wait<0>();
@@ -564,12 +559,7 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
         dev::mbar_wait(&smem.a_max, parity);
 #pragma unroll
         for (int h = 0; h < 2; ++h) m[h] = fmaxf(smem.row_max[c.rows[h]], m[h]);
-        __syncwarp();  // every lane read A's max before it is overwritten
-        if (c.lane % 4 == 0) {
-          smem.row_max[c.rows[0]] = m[0];
-          smem.row_max[c.rows[1]] = m[1];
-        }
-        dev::mbar_arrive(&smem.b_max);
+        c.publish_max(smem, m, &smem.b_max);
         c.exponentiate(m);
         issue_pv_from_registers<Cfg>(v1, c.tOrP, c.tOrO);
         c.store_p(p_own, one);
