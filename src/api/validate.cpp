@@ -50,6 +50,17 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   throw InvalidArgument(where, argument, got, expected);
 }
 
+// An argument's name as a prefix and a suffix ("out" + "_batch_stride", "cache" + ".data"), joined only
+// when a check fails: a run entry point validates every call, and building the names on the success
+// path (heap strings past the 15-character small-string buffer) was most of its validation time.
+struct Field {
+  const char* prefix;
+  const char* suffix = "";
+  Field(const char* name) : prefix(name) {}  // NOLINT: a plain name converts implicitly
+  Field(const char* p, const char* s) : prefix(p), suffix(s) {}
+  operator std::string() const { return std::string(prefix) + suffix; }  // NOLINT: fail() takes the joined name
+};
+
 std::string str(int64_t v) { return std::to_string(v); }
 
 std::string float_str(float v) {
@@ -72,17 +83,17 @@ int64_t sat_mul(int64_t a, int64_t b) {
   return a > kInt64Max / b ? kInt64Max : a * b;
 }
 
-void check_at_least(const char* where, const char* name, int64_t value, int64_t lo) {
+void check_at_least(const char* where, Field name, int64_t value, int64_t lo) {
   if (value < lo) fail(where, name, str(value), ">= " + str(lo));
 }
 
-void check_in_range(const char* where, const char* name, int64_t value, int64_t lo, int64_t hi) {
+void check_in_range(const char* where, Field name, int64_t value, int64_t lo, int64_t hi) {
   if (value < lo || value > hi) {
     fail(where, name, str(value), "in [" + str(lo) + ", " + str(hi) + "]");
   }
 }
 
-void check_pointer(const char* where, const char* name, const void* p, uintptr_t alignment) {
+void check_pointer(const char* where, Field name, const void* p, uintptr_t alignment) {
   if (p == nullptr) fail(where, name, "null", "a non-null device pointer");
   const uintptr_t address = reinterpret_cast<uintptr_t>(p);
   if (address % alignment != 0) {
@@ -93,12 +104,12 @@ void check_pointer(const char* where, const char* name, const void* p, uintptr_t
 }
 
 // An optional input: null means absent; given, it must be aligned like a required one.
-void check_optional_pointer(const char* where, const char* name, const void* p, uintptr_t alignment) {
+void check_optional_pointer(const char* where, Field name, const void* p, uintptr_t alignment) {
   if (p != nullptr) check_pointer(where, name, p, alignment);
 }
 
 // A stride of a bf16/fp16 tensor read or written with 16-byte vectors (or TMA).
-void check_vector_stride(const char* where, const char* name, int64_t stride) {
+void check_vector_stride(const char* where, Field name, int64_t stride) {
   const int64_t multiple = kVectorBytes / kHalfBytes;
   if (stride < 0 || stride % multiple != 0) {
     fail(where, name, str(stride),
@@ -107,7 +118,7 @@ void check_vector_stride(const char* where, const char* name, int64_t stride) {
 }
 
 struct Dim {
-  const char* name;  // the stride's field name
+  Field name;  // the stride's field name
   int64_t extent;
   int64_t stride;    // elements, already checked >= 0
 };
@@ -119,7 +130,9 @@ struct Dim {
 void check_no_overlap(const char* where, const char* tensor, Dim* dims, int count,
                       int64_t row_elems) {
   Dim* end = std::remove_if(dims, dims + count, [](const Dim& d) { return d.extent <= 1; });
-  std::stable_sort(dims, end, [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  // A stable insertion sort by stride: at most three dimensions, and std::stable_sort would allocate.
+  for (Dim* d = dims + 1; d < end; ++d)
+    for (Dim* e = d; e != dims && e->stride < (e - 1)->stride; --e) std::swap(*e, *(e - 1));
   int64_t span = row_elems;
   for (Dim* d = dims; d != end; ++d) {
     if (d->stride < span) {
@@ -135,16 +148,13 @@ void check_no_overlap(const char* where, const char* tensor, Dim* dims, int coun
 void check_token_head_tensor(const char* where, const char* tensor, const void* data, int batch,
                              int s_q, int h_q, int64_t batch_stride, int64_t token_stride,
                              int64_t head_stride, int64_t row_elems) {
-  const std::string batch_name = std::string(tensor) + "_batch_stride";
-  const std::string token_name = std::string(tensor) + "_token_stride";
-  const std::string head_name = std::string(tensor) + "_head_stride";
+  const Field batch_name{tensor, "_batch_stride"}, token_name{tensor, "_token_stride"},
+      head_name{tensor, "_head_stride"};
   check_pointer(where, tensor, data, kVectorBytes);
-  check_vector_stride(where, batch_name.c_str(), batch_stride);
-  check_vector_stride(where, token_name.c_str(), token_stride);
-  check_vector_stride(where, head_name.c_str(), head_stride);
-  Dim dims[] = {{head_name.c_str(), h_q, head_stride},
-                {token_name.c_str(), s_q, token_stride},
-                {batch_name.c_str(), batch, batch_stride}};
+  check_vector_stride(where, batch_name, batch_stride);
+  check_vector_stride(where, token_name, token_stride);
+  check_vector_stride(where, head_name, head_stride);
+  Dim dims[] = {{head_name, h_q, head_stride}, {token_name, s_q, token_stride}, {batch_name, batch, batch_stride}};
   check_no_overlap(where, tensor, dims, 3, row_elems);
 }
 
@@ -152,16 +162,13 @@ void check_token_head_tensor(const char* where, const char* tensor, const void* 
 // <tensor>_head_stride, <tensor>_token_stride.
 void check_lse_tensor(const char* where, const char* tensor, const float* lse, int batch, int s_q, int h,
                       int64_t batch_stride, int64_t head_stride, int64_t token_stride) {
-  const std::string batch_name = std::string(tensor) + "_batch_stride";
-  const std::string head_name = std::string(tensor) + "_head_stride";
-  const std::string token_name = std::string(tensor) + "_token_stride";
+  const Field batch_name{tensor, "_batch_stride"}, head_name{tensor, "_head_stride"},
+      token_name{tensor, "_token_stride"};
   check_pointer(where, tensor, lse, alignof(float));
-  check_at_least(where, batch_name.c_str(), batch_stride, 0);
-  check_at_least(where, head_name.c_str(), head_stride, 0);
-  check_at_least(where, token_name.c_str(), token_stride, 0);
-  Dim dims[] = {{token_name.c_str(), s_q, token_stride},
-                {head_name.c_str(), h, head_stride},
-                {batch_name.c_str(), batch, batch_stride}};
+  check_at_least(where, batch_name, batch_stride, 0);
+  check_at_least(where, head_name, head_stride, 0);
+  check_at_least(where, token_name, token_stride, 0);
+  Dim dims[] = {{token_name, s_q, token_stride}, {head_name, h, head_stride}, {batch_name, batch, batch_stride}};
   check_no_overlap(where, tensor, dims, 3, 1);
 }
 
@@ -186,15 +193,12 @@ bool is_supported_page_size(int page_size) {
 
 // One FP8 paged cache. `prefix` is the field's name in SparseDecodeParams ("cache", "extra_cache").
 // Indices are int32 page * page_size + offset, so the cache may hold at most 2^31 - 1 tokens.
-void check_sparse_cache(const char* where, const std::string& prefix, const SparseKVCache& cache,
+void check_sparse_cache(const char* where, const char* prefix, const SparseKVCache& cache,
                         SparseCacheLayout layout) {
-  const std::string data = prefix + ".data";
-  const std::string num_blocks = prefix + ".num_blocks";
-  const std::string page_size = prefix + ".page_size";
-  const std::string block_stride = prefix + ".block_stride_bytes";
-  check_pointer(where, data.c_str(), cache.data, kVectorBytes);
-  check_at_least(where, num_blocks.c_str(), cache.num_blocks, 1);
-  check_at_least(where, page_size.c_str(), cache.page_size, 1);
+  const Field num_blocks{prefix, ".num_blocks"}, block_stride{prefix, ".block_stride_bytes"};
+  check_pointer(where, Field{prefix, ".data"}, cache.data, kVectorBytes);
+  check_at_least(where, num_blocks, cache.num_blocks, 1);
+  check_at_least(where, Field{prefix, ".page_size"}, cache.page_size, 1);
   const int64_t tokens = int64_t{cache.num_blocks} * cache.page_size;
   if (tokens > kInt32Max) {
     fail(where, num_blocks, str(cache.num_blocks) + " (num_blocks * page_size = " + str(tokens) + " tokens)",

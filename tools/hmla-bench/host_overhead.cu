@@ -166,9 +166,29 @@ int main(int argc, char** argv) {
          cudaLaunchKernelEx(&config, empty_kernel, block);
        },
        {}},
-      {"launch_empty_pdl", "one cudaLaunchKernelEx of the 576-byte kernel with programmatic serialisation "
-                           "(src/common/launch.h: how the attention kernels and the combine are launched)",
+      {"launch_empty_pdl_runtime", "one cudaLaunchKernelEx of the 576-byte kernel with programmatic serialisation",
+       [&] {
+         cudaLaunchConfig_t config{};
+         config.gridDim = dim3(1);
+         config.blockDim = dim3(32);
+         config.stream = stream;
+         cudaLaunchAttribute attribute{};
+         attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+         attribute.val.programmaticStreamSerializationAllowed = 1;
+         config.attrs = &attribute;
+         config.numAttrs = 1;
+         cudaLaunchKernelEx(&config, empty_kernel, block);
+       },
+       {}},
+      {"launch_empty_pdl", "the same launch through src/common/launch.h, as the attention kernels and the combine "
+                           "are launched (the driver's cuLaunchKernelEx with the kernel's cached handle)",
        [&] { hmla::detail::launch_after_prerequisites(empty_kernel, dim3(1), dim3(32), 0, stream, block); },
+       {}},
+      {"launch_empty_pdl_x2", "two launches through src/common/launch.h: the floor of a run entry point",
+       [&] {
+         hmla::detail::launch_after_prerequisites(empty_kernel, dim3(1), dim3(32), 0, stream, block);
+         hmla::detail::launch_after_prerequisites(empty_kernel, dim3(1), dim3(32), 0, stream, block);
+       },
        {}},
       {"launch_empty_x2", "two 576-byte <<<>>> launches (a run entry point launches attention + combine)",
        [&] {
