@@ -167,18 +167,7 @@ int main(int argc, char** argv) {
        },
        {}},
       {"launch_empty_pdl_runtime", "one cudaLaunchKernelEx of the 576-byte kernel with programmatic serialisation",
-       [&] {
-         cudaLaunchConfig_t config{};
-         config.gridDim = dim3(1);
-         config.blockDim = dim3(32);
-         config.stream = stream;
-         cudaLaunchAttribute attribute{};
-         attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-         attribute.val.programmaticStreamSerializationAllowed = 1;
-         config.attrs = &attribute;
-         config.numAttrs = 1;
-         cudaLaunchKernelEx(&config, empty_kernel, block);
-       },
+       [&] { hmla::detail::runtime_launch_after_prerequisites(empty_kernel, dim3(1), dim3(32), 0, stream, block); },
        {}},
       {"launch_empty_pdl", "the same launch through src/common/launch.h, as the attention kernels and the combine "
                            "are launched (the driver's cuLaunchKernelEx with the kernel's cached handle)",
