@@ -8,12 +8,15 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "common/device_attributes.h"
 #include "common/device_primitives.cuh"
 #include "common/launch.h"
 #include "sm90/sparse_decode/kernel.cuh"
 #include "sm90/sparse_prefill/config.h"
+#include "sm90/sparse_prefill/trace.cuh"
 
 namespace hmla::sm90::sparse_prefill {
 
@@ -191,21 +194,27 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
     for (int j = 0; j < it.pairs; ++j, ++n) {
       PairCopier<Cfg> c;
       c.locate(list, it.keys, j, rows, group, piece);
+      trace::event(trace::kProducer, n, trace::kProducerTop);
       const uint32_t free_parity = (n & 1) ^ 1;
       dev::mbar_wait(&smem.k_free[0][0], free_parity);
+      trace::event(trace::kProducer, n, trace::kFree0Left);
       c.publish_valid(&smem.valid[0][warp], &smem.k_ready[0][0], 0, warp, lane);
       c.template copy<0, kL>(buf0, 0, dst_in_chunk, policy);
       dev::cp_async_mbar_arrive(&smem.k_ready[0][0]);
       dev::mbar_wait(&smem.k_free[1][1], free_parity);
+      trace::event(trace::kProducer, n, trace::kFree1Right);
       c.publish_valid(&smem.valid[1][warp], &smem.k_ready[1][1], 1, warp, lane);
       c.template copy<kL, kAll>(buf1, 1, dst_in_chunk, policy);
       dev::cp_async_mbar_arrive(&smem.k_ready[1][1]);
       dev::mbar_wait(&smem.k_free[0][1], free_parity);
+      trace::event(trace::kProducer, n, trace::kFree0Right);
       c.template copy<kL, kAll>(buf0, 0, dst_in_chunk, policy);
       dev::cp_async_mbar_arrive(&smem.k_ready[0][1]);
       dev::mbar_wait(&smem.k_free[1][0], free_parity);
+      trace::event(trace::kProducer, n, trace::kFree1Left);
       c.template copy<0, kL>(buf1, 1, dst_in_chunk, policy);
       dev::cp_async_mbar_arrive(&smem.k_ready[1][0]);
+      trace::event(trace::kProducer, n, trace::kProducerIssued);
     }
     it = next;
   }
@@ -478,18 +487,22 @@ __device__ void consumer_a_loop(typename Cfg::SharedStorage& smem, const KernelP
       warpgroup_fence_operand(c.tSrS);
       for (int j = 0; j < it.pairs; ++j, ++n) {
         const uint32_t parity = n & 1;
+        trace::event(trace::kConsumerA, n, trace::kAScored);
         float m[2];
         c.mask_and_max(read_valid<Cfg>(smem, 0), p.scale_log2, m);
 #pragma unroll
         for (int h = 0; h < 2; ++h) m[h] = fmaxf(c.row_m[h], m[h]);
         c.publish_max(smem, m, &smem.a_max);
+        trace::event(trace::kConsumerA, n, trace::kAMaxSent);
         c.exponentiate(m);
         issue_pv_from_registers<Cfg>(v0, c.tOrP, c.tOrO);
         warpgroup_wait<0>();
         warpgroup_fence_operand(c.tOrO);
         warp_arrive(&smem.k_free[0][0]);
+        trace::event(trace::kConsumerA, n, trace::kAOwnDone);
         // B folded its tile into the max: P and O move to it, and P goes to B.
         dev::mbar_wait(&smem.b_max, parity);
+        trace::event(trace::kConsumerA, n, trace::kAMaxBack);
         float factor[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -505,15 +518,19 @@ __device__ void consumer_a_loop(typename Cfg::SharedStorage& smem, const KernelP
         c.rescale_o(factor);
         dev::mbar_wait(&smem.p_ready[1], parity);
         issue_pv_from_smem<Cfg>(p_other, v1, c.tOrO);
+        trace::event(trace::kConsumerA, n, trace::kAOtherP);
         // Buffer 1's left half is released as soon as this product retires: B's next S waits for its
         // reload, which must not wait for this warpgroup's next tile as well.
         warpgroup_wait<0>();
         warpgroup_fence_operand(c.tOrO);
         warp_arrive(&smem.k_free[1][0]);
+        trace::event(trace::kConsumerA, n, trace::kAOtherDone);
         if (j + 1 < it.pairs) {
           dev::mbar_wait(&smem.k_ready[0][0], parity ^ 1);
+          trace::event(trace::kConsumerA, n, trace::kANextLeft);
           issue_scores<Cfg, 0, kL, true>(smem, smem.k[0], c.tSrS);
           dev::mbar_wait(&smem.k_ready[0][1], parity ^ 1);
+          trace::event(trace::kConsumerA, n, trace::kANextRight);
           issue_scores<Cfg, kL, kAll, false>(smem, smem.k[0], c.tSrS);
           warpgroup_wait<0>();
           warpgroup_fence_operand(c.tSrS);
@@ -548,15 +565,20 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
       q_parity ^= 1;
       for (int j = 0; j < it.pairs; ++j, ++n) {
         const uint32_t parity = n & 1;
+        trace::event(trace::kConsumerB, n, trace::kBTop);
         dev::mbar_wait(&smem.k_ready[1][1], parity);
+        trace::event(trace::kConsumerB, n, trace::kBRight);
         issue_scores<Cfg, kL, kAll, true>(smem, smem.k[1], c.tSrS);
         dev::mbar_wait(&smem.k_ready[1][0], parity);
+        trace::event(trace::kConsumerB, n, trace::kBLeft);
         issue_scores<Cfg, 0, kL, false>(smem, smem.k[1], c.tSrS);
         warpgroup_wait<0>();
         warpgroup_fence_operand(c.tSrS);
+        trace::event(trace::kConsumerB, n, trace::kBScored);
         float m[2];
         c.mask_and_max(read_valid<Cfg>(smem, 1), p.scale_log2, m);
         dev::mbar_wait(&smem.a_max, parity);
+        trace::event(trace::kConsumerB, n, trace::kBMaxIn);
 #pragma unroll
         for (int h = 0; h < 2; ++h) m[h] = fmaxf(smem.row_max[c.rows[h]], m[h]);
         c.publish_max(smem, m, &smem.b_max);
@@ -569,11 +591,14 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
         warpgroup_wait<0>();
         warpgroup_fence_operand(c.tOrO);
         warp_arrive(&smem.k_free[1][1]);
+        trace::event(trace::kConsumerB, n, trace::kBOwnDone);
         dev::mbar_wait(&smem.p_ready[0], parity);
         issue_pv_from_smem<Cfg>(p_other, v0, c.tOrO);
+        trace::event(trace::kConsumerB, n, trace::kBOtherP);
         warpgroup_wait<0>();
         warpgroup_fence_operand(c.tOrO);
         warp_arrive(&smem.k_free[0][1]);
+        trace::event(trace::kConsumerB, n, trace::kBOtherDone);
       }
     }
     finish_item<Cfg>(smem, p, c, it, items & 1, 1);
@@ -590,6 +615,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
 
   dev::pdl_launch_dependents();
+  if (threadIdx.x == 0) trace::span(0);
   if (threadIdx.x == 0) {
     dev::tma_prefetch_descriptor(&q_map);
     dev::mbar_init(&smem.q_full, 1);
@@ -624,6 +650,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   } else {
     dev::warpgroup_reg_alloc<Cfg::kConsumerRegs>();
     consumer_b_loop<Cfg>(smem, p);
+    if (threadIdx.x == 256) trace::span(1);
   }
 }
 
@@ -637,6 +664,19 @@ void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, cudaStr
   const int64_t sms = detail::current_device_sm_count();
   const dim3 grid(static_cast<unsigned>(items < sms ? items : sms));
   detail::launch_after_prerequisites(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, q_map, params);
+#ifdef HMLA_PREFILL_TRACE
+  // Trace builds only (never in a release build): every call overwrites the file with its timeline.
+  // Here, not in launch.cu: the trace buffer is a device symbol of this translation unit.
+  if (const char* path = std::getenv("HMLA_TRACE_FILE")) {
+    static trace::Buffer host;
+    HMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    HMLA_CUDA_CHECK(cudaMemcpyFromSymbol(&host, trace::g_buffer, sizeof(host)));
+    if (FILE* f = std::fopen(path, "wb")) {
+      std::fwrite(&host, sizeof(host), 1, f);
+      std::fclose(f);
+    }
+  }
+#endif
 }
 
 }  // namespace hmla::sm90::sparse_prefill

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Reads the sparse prefill kernel's timeline (src/sm90/sparse_prefill/trace.cuh, written to
+$HMLA_TRACE_FILE by a -DHMLA_PREFILL_TRACE build) and prints, per traced CTA, where a pair of K tiles
+spends its clocks: every role's events as offsets from consumer A's "S of tile 2j retired" of the same
+pair, each half's release -> landed interval, and the waits. Medians (p10 / p90) over the pairs of the
+steady state (the CTA's first and last item left out).
+
+  prefill_trace_summary.py trace.bin [--pairs-per-item N] [--json out.json]
+"""
+import argparse
+import json
+import statistics
+import struct
+import sys
+
+CTAS, ROLES, PAIRS, EVENTS = 2, 3, 1024, 8
+PRODUCER, A, B = 0, 1, 2
+NAMES = {
+    PRODUCER: ["top", "free 0L", "free 1R", "free 0R", "free 1L", "issued", "-", "-"],
+    A: ["S(2j) retired", "max sent", "own PV done (0L freed)", "B's max in", "P_B in, PV issued",
+        "P_B V1 done (1L freed)", "next 0L landed", "next 0R landed"],
+    B: ["top", "1R landed", "1L landed", "S(2j+1) retired", "A's max in", "own PV done (1R freed)",
+        "P_A in, PV issued", "P_A V0 done (0R freed)"],
+}
+
+
+def load(path):
+    raw = open(path, "rb").read()
+    n = CTAS * ROLES * PAIRS * EVENTS
+    clocks = struct.unpack_from(f"<{n}I", raw, 0)
+    spans = struct.unpack_from(f"<{CTAS * 4}Q", raw, 4 * n)
+
+    def at(c, r, p, e):
+        return clocks[((c * ROLES + r) * PAIRS + p) * EVENTS + e]
+
+    return at, spans
+
+
+def rel(a, b):
+    """a - b on the 32-bit SM clock, as a signed difference."""
+    d = (a - b) & 0xFFFFFFFF
+    return d - (1 << 32) if d >= (1 << 31) else d
+
+
+def stats(values):
+    v = sorted(values)
+    if not v:
+        return None
+    q = lambda f: v[min(len(v) - 1, int(f * len(v)))]
+    return {"median": statistics.median(v), "p10": q(0.1), "p90": q(0.9)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--pairs-per-item", type=int, default=16, help="pairs of one item (topk / 128)")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    at, spans = load(args.trace)
+    report = {}
+    for c in range(CTAS):
+        # Pairs recorded: consumer A's first event is set (the buffer starts at zero).
+        count = 0
+        while count < PAIRS and at(c, A, count, 0) != 0:
+            count += 1
+        lo, hi = args.pairs_per_item, count - args.pairs_per_item - 1
+        if hi <= lo:
+            print(f"CTA {c}: {count} pairs recorded, too few for a steady state")
+            continue
+        ns = spans[4 * c + 3] - spans[4 * c + 1]
+        ghz = (spans[4 * c + 2] - spans[4 * c]) / ns if ns else 0.0
+        rows = {}
+
+        def add(name, fn):
+            vals = []
+            for n in range(lo, hi):
+                # Pairs that start an item have no "next" events on A's side of the previous pair.
+                if (n + 1) % args.pairs_per_item == 0:
+                    continue
+                vals.append(fn(n))
+            rows[name] = stats(vals)
+
+        add("pair period (A's S retired to the next)", lambda n: rel(at(c, A, n + 1, 0), at(c, A, n, 0)))
+        for role, label in ((A, "A"), (B, "B")):
+            for e in range(EVENTS):
+                add(f"{label}: {NAMES[role][e]}", lambda n, role=role, e=e: rel(at(c, role, n, e), at(c, A, n, 0)))
+        for e in range(6):
+            add(f"producer (next pair's refill): {NAMES[PRODUCER][e]}",
+                lambda n, e=e: rel(at(c, PRODUCER, n + 1, e), at(c, A, n, 0)))
+        # Each half: released by its last reader -> the producer sees it free -> the reader of the
+        # next pair sees it landed.
+        add("0L: freed -> landed (A's next S)", lambda n: rel(at(c, A, n, 6), at(c, A, n, 2)))
+        add("0R: freed -> landed (A's next S)", lambda n: rel(at(c, A, n, 7), at(c, B, n, 7)))
+        add("1R: freed -> landed (B's next S)", lambda n: rel(at(c, B, n + 1, 1), at(c, B, n, 5)))
+        add("1L: freed -> landed (B's next S)", lambda n: rel(at(c, B, n + 1, 2), at(c, A, n, 5)))
+        add("0R: freed -> producer sees it", lambda n: rel(at(c, PRODUCER, n + 1, 3), at(c, B, n, 7)))
+        add("A waits for 0R after 0L", lambda n: rel(at(c, A, n, 7), at(c, A, n, 6)))
+        add("B waits for 1R at its top", lambda n: rel(at(c, B, n + 1, 1), at(c, B, n + 1, 0)))
+        add("B waits for 1L after 1R", lambda n: rel(at(c, B, n + 1, 2), at(c, B, n + 1, 1)))
+        report[f"cta{c}"] = {"pairs": count, "sm_ghz": ghz, "rows": rows}
+        print(f"CTA {c}: {count} pairs, steady state {lo}..{hi}, SM clock {ghz:.3f} GHz (clk, median [p10, p90])")
+        for name, s in rows.items():
+            if s:
+                print(f"  {name:<52} {s['median']:>8.0f}  [{s['p10']:>6}, {s['p90']:>6}]")
+    if args.json:
+        json.dump(report, open(args.json, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

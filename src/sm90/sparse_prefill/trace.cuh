@@ -1,0 +1,81 @@
+// Timeline of the sparse prefill kernel, compiled in only with -DHMLA_PREFILL_TRACE (CMake option
+// HMLA_PREFILL_TRACE; scripts/gpu_prefill_trace.sh). CTAs 0 and 1 record the SM clock at fixed points
+// of every pair of K tiles, per role, so that a pair's time splits into its waits and its work and
+// the roles line up against each other (the schedule is docs/SPARSE_PREFILL.md). Stall samples say
+// where warps wait, not in which order; this says both, at the cost of one store per event by one
+// thread per role. The launcher writes the buffer to $HMLA_TRACE_FILE after every call;
+// scripts/profile/prefill_trace_summary.py reads it.
+#pragma once
+
+#include <cstdint>
+
+namespace hmla::sm90::sparse_prefill::trace {
+
+constexpr int kCtas = 2;
+constexpr int kRoles = 3;
+constexpr int kPairs = 1024;  // the CTA's pairs over all its items, in order
+constexpr int kEvents = 8;
+
+enum Role { kProducer = 0, kConsumerA = 1, kConsumerB = 2 };
+
+// Producer events of a pair.
+enum ProducerEvent {
+  kProducerTop = 0,     // indices located, before the wait for buffer 0's left half
+  kFree0Left = 1,       // buffer 0's left half free (its copies follow)
+  kFree1Right = 2,      // buffer 1's right half free
+  kFree0Right = 3,      // buffer 0's right half free
+  kFree1Left = 4,       // buffer 1's left half free
+  kProducerIssued = 5,  // the pair's last copy issued
+};
+// Consumer A events of a pair.
+enum ConsumerAEvent {
+  kAScored = 0,      // S of tile 2j retired (the pair's body starts)
+  kAMaxSent = 1,     // its running max published
+  kAOwnDone = 2,     // P_A V_0 retired, buffer 0's left half released
+  kAMaxBack = 3,     // B's pair max received
+  kAOtherP = 4,      // B's P received, P_B V_1 issued
+  kAOtherDone = 5,   // P_B V_1 retired, buffer 1's left half released
+  kANextLeft = 6,    // the next pair's buffer 0 left half landed
+  kANextRight = 7,   // its right half landed (the next S issued whole)
+};
+// Consumer B events of a pair.
+enum ConsumerBEvent {
+  kBTop = 0,         // loop top, before the wait for buffer 1's right half
+  kBRight = 1,       // buffer 1's right half landed
+  kBLeft = 2,        // its left half landed (S issued whole)
+  kBScored = 3,      // S of tile 2j + 1 retired
+  kBMaxIn = 4,       // A's max received
+  kBOwnDone = 5,     // P_B V_1 retired, buffer 1's right half released
+  kBOtherP = 6,      // A's P received, P_A V_0 issued
+  kBOtherDone = 7,   // P_A V_0 retired, buffer 0's right half released
+};
+
+#ifdef HMLA_PREFILL_TRACE
+struct Buffer {
+  uint32_t clock[kCtas][kRoles][kPairs][kEvents];
+  // Per traced CTA: clock64 and globaltimer (ns) at the start and the end, for the SM clock rate.
+  unsigned long long span[kCtas][4];
+};
+__device__ Buffer g_buffer;
+
+// Called by every thread of a role; thread 0 of the warpgroup records.
+__device__ __forceinline__ void event(int role, uint32_t pair, int ev) {
+  if (blockIdx.x < kCtas && pair < kPairs && threadIdx.x % 128 == 0) {
+    uint32_t c;
+    asm volatile("mov.u32 %0, %%clock;" : "=r"(c));
+    g_buffer.clock[blockIdx.x][role][pair][ev] = c;
+  }
+}
+__device__ __forceinline__ void span(int which) {  // 0: start, 1: end; one thread
+  if (blockIdx.x >= kCtas) return;
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  g_buffer.span[blockIdx.x][2 * which] = clock64();
+  g_buffer.span[blockIdx.x][2 * which + 1] = ns;
+}
+#else
+__device__ __forceinline__ void event(int, uint32_t, int) {}
+__device__ __forceinline__ void span(int) {}
+#endif
+
+}  // namespace hmla::sm90::sparse_prefill::trace
