@@ -82,9 +82,11 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <exception>
 #include <memory>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dense_decode_cases.h"
@@ -284,6 +286,53 @@ TEST(DenseDecodeApi, PlanReusedForTwoRunsGivesIdenticalResults) {
   p.check(runs[0], "plan reuse, run 1");
   std::string where;
   EXPECT_TRUE(DecodeProblem::bitwise_equal(runs[0], runs[1], &where)) << "run 2 differs: " << where;
+}
+
+TEST(DenseDecodeApi, RunFromAFreshHostThread) {
+  // The run entry points launch through the driver with the calling thread's current context; a
+  // thread that never called CUDA has none, so its first run takes the runtime's launch (which makes
+  // the device's primary context current) and its second the driver's. Both must launch the same
+  // kernels on the caller's stream as a run from the planning thread.
+  DecodeProblem p(make_case("Api_fresh_thread", hmla::DType::kBF16, 5, 2, 64, 1, {3000, 1, 0, 700, 129}, true));
+  const DecodeCase& c = p.spec();
+  Stream s;
+  const size_t bytes = p.workspace_bytes();
+  DeviceBuffer ws(bytes);
+  HMLA_TEST_CUDA_CHECK(cudaMemset(ws.get(), 0xff, bytes));
+  const hmla::DecodeSchedule sched = hmla::dense_decode_plan(
+      p.device_seqlens(), c.batch, c.s_q, c.h_q, c.h_kv, ws.get(), bytes, s.get());
+  p.poison_outputs();
+  ASSERT_NO_THROW(hmla::dense_decode_run(p.device_params(), sched, s.get()));
+  HMLA_TEST_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+  HMLA_TEST_CUDA_CHECK(cudaGetLastError());
+  const Outputs reference_run = p.download();
+  p.check(reference_run, "planning thread");
+  // Both runs in one new thread: the first finds no current context, the second the one the first
+  // left current.
+  Outputs threaded[2];
+  std::exception_ptr failure;
+  cudaError_t status = cudaSuccess;
+  std::thread fresh([&] {
+    try {
+      for (int run = 0; run < 2 && status == cudaSuccess; ++run) {
+        p.poison_outputs();
+        hmla::dense_decode_run(p.device_params(), sched, s.get());
+        status = cudaStreamSynchronize(s.get());
+        if (status == cudaSuccess) status = cudaGetLastError();
+        if (status == cudaSuccess) threaded[run] = p.download();
+      }
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  fresh.join();
+  ASSERT_FALSE(failure) << "dense_decode_run threw in a fresh host thread";
+  ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status);
+  for (int run = 0; run < 2; ++run) {
+    std::string where;
+    EXPECT_TRUE(DecodeProblem::bitwise_equal(reference_run, threaded[run], &where))
+        << "run " << run + 1 << " from a fresh thread differs from the planning thread's: " << where;
+  }
 }
 
 TEST(DenseDecodeApi, PlanOnceRunPerLayer) {
