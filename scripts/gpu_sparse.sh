@@ -31,14 +31,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 
 # The Python package and FlashMLA build on the CPUs while the C++ build and the GPU tests run.
 py_pid= fm_pid=
-if { has python || has compare; } && [ "${HMLA_PY_INSTALLED:-0}" != 1 ]; then
+if { has python || has compare || has overhead; } && [ "${HMLA_PY_INSTALLED:-0}" != 1 ]; then
   export PIP_BREAK_SYSTEM_PACKAGES=1
   # Installed into the interpreter, as a user has it: the FlashMLA-style script tests run it in a
   # clean environment.
   python3 -m pip install -q --no-build-isolation --no-deps ./python > "$OUT/python_build.log" 2>&1 &
   py_pid=$!
 fi
-if has compare; then
+if { has compare || has overhead; } && [ -f .deps/compare/build_flashmla.sh ]; then
   bash .deps/compare/build_flashmla.sh /tmp/fm > "$OUT/flashmla_build.log" 2>&1 &
   fm_pid=$!
 fi
@@ -112,6 +112,7 @@ if has python; then
   timeout "${HMLA_PY_TIMEOUT:-300}" python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_gpu_sparse.py \
     python/tests/test_gpu_flashmla_script.py python/tests/test_gpu_compile.py python/tests/test_cpu_torch_library.py \
     python/tests/test_gpu_merge.py python/tests/test_gpu_torch.py python/tests/test_gpu_graph.py \
+    python/tests/test_gpu_torch_fast.py \
     > "$OUT/python_sparse.log" 2>&1 || status=1
   tail -n 25 "$OUT/python_sparse.log"
 fi
@@ -120,6 +121,7 @@ if has overhead; then
   # it when compare built it, in one run.
   echo "== host overhead of a small decode call (hmla-host-overhead, python/tests/bench_overhead.py)"
   timeout 120 "$(dirname "$B")/hmla-host-overhead" --json "$OUT/host_overhead.json" || status=1
+  if [ -n "$fm_pid" ] && ! has compare; then wait "$fm_pid" || tail -n 20 "$OUT/flashmla_build.log"; fi
   pypath=""
   [ -d /tmp/fm/FlashMLA ] && pypath=/tmp/fm/FlashMLA
   (cd /tmp && OUT="$OUT" PYTHONPATH=$pypath timeout "${HMLA_OVERHEAD_TIMEOUT:-180}" python3 "$OLDPWD/python/tests/bench_overhead.py") \

@@ -8,6 +8,8 @@ allocated (with the caller's framework), and whether the call must wait before r
 PyTorch  capsules from ``torch.utils.dlpack.to_dlpack`` (no stream handshake: hmla launches on the
          tensor's current stream, where PyTorch's own kernels run); stream =
          ``torch.cuda.current_stream(device)``; outputs ``torch.empty``. Asynchronous, graph-capturable.
+         The decode calls take ``hmla._torch_fast`` instead when it was built and loads (``fast``):
+         tensor metadata read in C++, outputs allocated with ATen, no DLPack (docs/PYTHON.md).
 CuPy     ``__dlpack__(stream=...)`` with CuPy's current stream; stream =
          ``cupy.cuda.get_current_stream()``; outputs ``cupy.empty``. Asynchronous.
 JAX      ``__dlpack__(stream=1)``: JAX makes the CUDA legacy default stream wait for the arrays; hmla runs
@@ -31,6 +33,7 @@ class Adapter:
     name = "?"
     host = False  # arrays live in host memory
     synchronous = False  # finish() must run after the launches
+    fast: Any = None  # hmla._torch_fast for PyTorch, when built for the PyTorch in use
 
     def alloc_outputs(self, like: Any, out_shape, lse_shape):
         """(out with like's dtype, lse float32), on like's device."""
@@ -77,6 +80,8 @@ class TorchAdapter(Adapter):
         self._raw_stream = raw
         self._uint8 = torch.uint8
         self._float32 = torch.float32
+        self.tensor_type = torch.Tensor
+        self.fast = _load_torch_fast()
 
     def dl(self, x):
         return self._to_dlpack(x)
@@ -109,6 +114,21 @@ class TorchAdapter(Adapter):
         if x.element_size() == 1 and x.dtype not in (self.torch.uint8, self.torch.int8):
             return x.view(self._uint8)
         return x
+
+
+def _load_torch_fast() -> Any:
+    """hmla._torch_fast, or None where it was not built or does not load with this PyTorch (built
+    against another one: the DLPack path then serves, with the same results). HMLA_TORCH_FAST=0
+    turns it off."""
+    import os
+
+    if os.environ.get("HMLA_TORCH_FAST", "1") == "0":
+        return None
+    try:
+        from . import _torch_fast
+    except (ImportError, OSError):
+        return None
+    return _torch_fast
 
 
 class CupyAdapter(Adapter):

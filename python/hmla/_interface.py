@@ -405,6 +405,14 @@ def flash_mla_with_kvcache(
                                            causal)
 
     fw = _BY_TYPE.get(type(q)) or adapter_for(q, fn, "q")
+    fast = fw.fast
+    if fast is not None and meta.have_initialized and meta._schedule is not None:
+        # A planned call in C++ (hmla._torch_fast): the same key comparison as below, then the run;
+        # None when the call needs this function's own path.
+        result = fast.dense_decode_planned(q, k_cache, block_table, cache_seqlens, meta._schedule, meta._key,
+                                           softmax_scale, causal, head_dim_v)
+        if result is not None:
+            return result
     if fw.host:
         raise ValueError(f"hmla.{fn}: argument 'q' is a host ({fw.name}) array, expected a CUDA device array")
     try:
@@ -414,7 +422,7 @@ def flash_mla_with_kvcache(
         b, s_q, h_q, d_qk = _shape4(q, fn, "q", "[batch, s_q, h_q, head_dim]")
         _, page, h_kv, _ = _shape4(k_cache, fn, "k_cache", "[num_blocks, page_block_size, h_kv, head_dim]")
     causal = bool(causal)
-    key = (b, s_q, h_q, page, h_kv, causal, head_dim_v)
+    key = (b, s_q, h_q, page, h_kv, causal, head_dim_v)  # hmla._torch_fast.dense_decode_planned reads this layout
     sched = meta._schedule
     if sched is None or key != meta._key or not meta.have_initialized:
         sched = _first_dense_call(meta, fw, q, k_cache, block_table, cache_seqlens, head_dim_v, causal, key, fn)
@@ -426,11 +434,15 @@ def flash_mla_with_kvcache(
 def _run_dense(fw, q, k_cache, block_table, cache_seqlens, sched, softmax_scale, causal, fn):
     """Allocates (out, lse) with q's framework fw and runs the dense attention with sched on q's stream
     (the eager call's and the PyTorch custom op's launch)."""
+    qt = type(q)
+    fast = fw.fast
+    if fast is not None and qt is fw.tensor_type and type(k_cache) is qt and type(block_table) is qt \
+            and type(cache_seqlens) is qt:
+        return fast.dense_decode(q, k_cache, block_table, cache_seqlens, sched, softmax_scale, causal, fw.stream(q))
     b, s_q, h_q, _ = q.shape
     out, lse = fw.alloc_outputs(q, (b, s_q, h_q, _D_V), (b, h_q, s_q))
     stream = fw.stream(q)
     dl = fw.dl
-    qt = type(q)
     caps = None
     if type(k_cache) is qt and type(block_table) is qt and type(cache_seqlens) is qt:
         try:
@@ -558,11 +570,15 @@ def _run_sparse(fw, arrays, sched, softmax_scale, fn):
     """Allocates (out, lse) with q's framework fw and runs the sparse attention with sched on q's stream
     (the eager call's and the PyTorch custom op's launch). arrays: the inputs in _SPARSE_ARGS order."""
     q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices_in_kvcache, extra_topk_length = arrays
+    qt = type(q)
+    fast = fw.fast
+    if fast is not None and qt is fw.tensor_type and all(x is None or type(x) is qt for x in arrays):
+        return fast.sparse_decode(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices_in_kvcache,
+                                  extra_topk_length, sched, softmax_scale, fw.stream(q))
     b, s_q, h_q, _ = q.shape
     out, lse = fw.alloc_outputs(q, (b, s_q, h_q, _D_V), (b, h_q, s_q))
     stream = fw.stream(q)
     dl = fw.dl
-    qt = type(q)
     caps = None
     # The byte views of the caches stay referenced until the call returns (after a synchronous
     # framework's wait): the kernels read them.

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "fast_call.h"
 #include "hmla/dense_decode.h"
 #include "hmla/merge.h"
 #include "hmla/params.h"
@@ -111,6 +112,56 @@ A import_array(nb::handle obj, const char* fn, const char* arg) {
                    tname.c_str() + "'; expected a PyTorch, CuPy, JAX or NumPy array)");
   }
   return out;
+}
+
+// An array the PyTorch fast path described (python/src/fast_call.h), read through the part of
+// nb::ndarray's interface that the checks use: no DLPack capsule and no ndarray handle per call.
+class RawView {
+ public:
+  RawView() = default;
+  explicit RawView(const hmla_python::RawArray* raw) : raw_(raw) {}
+  nb::dlpack::dtype dtype() const {
+    nb::dlpack::dtype d;
+    d.code = raw_->dtype_code;
+    d.bits = raw_->dtype_bits;
+    d.lanes = 1;
+    return d;
+  }
+  size_t ndim() const { return static_cast<size_t>(raw_->ndim); }
+  size_t shape(size_t i) const { return static_cast<size_t>(raw_->shape[i]); }
+  int64_t stride(size_t i) const { return raw_->strides[i]; }
+  void* data() const { return raw_->data; }
+  int32_t device_type() const { return raw_->device_type; }
+  int32_t device_id() const { return raw_->device_id; }
+  size_t size() const {
+    size_t n = 1;
+    for (int i = 0; i < raw_->ndim; ++i) n *= static_cast<size_t>(raw_->shape[i]);
+    return n;
+  }
+
+ private:
+  const hmla_python::RawArray* raw_ = nullptr;
+};
+
+// The array types an entry point works with, by how its arguments arrive: Python objects imported
+// over DLPack, or arrays the fast path described.
+template <typename Arg>
+struct ArraysOf {
+  using In = InArray;
+  using Out = OutArray;
+};
+template <>
+struct ArraysOf<const hmla_python::RawArray*> {
+  using In = RawView;
+  using Out = RawView;
+};
+
+template <typename A>
+A import_array(const hmla_python::RawArray* raw, const char* fn, const char* arg) {
+  if (raw == nullptr) raise_type(fn, arg, "is None, expected an array");
+  if (raw->ndim < 0 || raw->ndim > hmla_python::kMaxRawDims)
+    raise_value(fn, arg, "has " + std::to_string(raw->ndim) + " dimensions, more than hmla reads");
+  return A(raw);
 }
 
 template <typename A>
@@ -253,8 +304,9 @@ constexpr int kDV = 512;
 // FlashMLA's checks of dense_decode_fwd, in its order (dtypes, devices, layout, shapes), plus the
 // limits of hmla's dense decode kernel. require_cuda = false skips only the device-type check (the
 // CPU test suite uses it to exercise every other check with host arrays).
-DenseShape check_dense(const char* fn, const InArray& q, const InArray& k, const InArray& bt,
-                       const InArray& sl, int64_t head_dim_v, bool require_cuda) {
+template <typename A>
+DenseShape check_dense(const char* fn, const A& q, const A& k, const A& bt, const A& sl, int64_t head_dim_v,
+                       bool require_cuda) {
   DenseShape s;
   // ---- dtypes
   check_dtype(fn, "q", q, {dt(kCodeBfloat, 16), dt(kCodeFloat, 16)}, "bfloat16 or float16");
@@ -332,8 +384,8 @@ void set_outputs(Params& p, const Out& out, const Lse& lse) {
   p.lse_head_stride = lse.stride(1);
 }
 
-hmla::DenseDecodeParams dense_params(const DenseShape& s, const InArray& q, const InArray& k,
-                                     const InArray& bt, const InArray& sl) {
+template <typename A>
+hmla::DenseDecodeParams dense_params(const DenseShape& s, const A& q, const A& k, const A& bt, const A& sl) {
   hmla::DenseDecodeParams p;
   p.dtype = s.dtype;
   p.batch = s.batch;
@@ -422,16 +474,19 @@ Schedule schedule_of(nb::handle workspace_obj, int batch, int s_q, int h_q, int 
   return out;
 }
 
-void dense_run(nb::handle q_obj, nb::handle k_obj, nb::handle bt_obj, nb::handle sl_obj, nb::handle out_obj,
-               nb::handle lse_obj, const Schedule& sched, double softmax_scale, bool causal,
-               uintptr_t stream) {
+// Arg: a Python object (nb::handle) or a RawArray of the PyTorch fast path.
+template <typename Arg>
+void dense_run(Arg q_obj, Arg k_obj, Arg bt_obj, Arg sl_obj, Arg out_obj, Arg lse_obj, const Schedule& sched,
+               double softmax_scale, bool causal, uintptr_t stream) {
   const char* fn = "flash_mla_with_kvcache";
-  InArray q = import_array<InArray>(q_obj, fn, "q");
-  InArray k = import_array<InArray>(k_obj, fn, "k_cache");
-  InArray bt = import_array<InArray>(bt_obj, fn, "block_table");
-  InArray sl = import_array<InArray>(sl_obj, fn, "cache_seqlens");
-  OutArray out = import_array<OutArray>(out_obj, fn, "out");
-  OutArray lse = import_array<OutArray>(lse_obj, fn, "lse");
+  using In = typename ArraysOf<Arg>::In;
+  using Out = typename ArraysOf<Arg>::Out;
+  In q = import_array<In>(q_obj, fn, "q");
+  In k = import_array<In>(k_obj, fn, "k_cache");
+  In bt = import_array<In>(bt_obj, fn, "block_table");
+  In sl = import_array<In>(sl_obj, fn, "cache_seqlens");
+  Out out = import_array<Out>(out_obj, fn, "out");
+  Out lse = import_array<Out>(lse_obj, fn, "lse");
   DenseShape s = check_dense(fn, q, k, bt, sl, kDV, true);
 
   if (!(out.dtype() == q.dtype())) raise_type(fn, "out", "has dtype " + dtype_name(out.dtype()) + ", expected q's");
@@ -498,6 +553,7 @@ nb::dict check_dense_args(nb::handle q_obj, nb::handle k_obj, nb::handle bt_obj,
 // translate_sparse maps back to the Python argument.
 
 bool present(nb::handle h) { return h.is_valid() && !h.is_none(); }
+bool present(const hmla_python::RawArray* raw) { return raw != nullptr; }
 
 nb::object int_or_none(bool given, int value) { return given ? nb::object(nb::int_(value)) : nb::none(); }
 
@@ -538,7 +594,8 @@ auto translate_sparse(const char* fn, F&& f) -> decltype(f()) {
 // An FP8 cache as FlashMLA hands it over: [num_blocks, page_block_size, 1, bytes_per_token] bytes
 // whose block stride is the page stride (any: FlashMLA's quantiser pads V3.2 pages by a token and
 // MODEL1 pages to a multiple of 576). Tokens inside a page must be back to back.
-hmla::SparseKVCache import_fp8_cache(const char* fn, const char* arg, const InArray& c,
+template <typename A>
+hmla::SparseKVCache import_fp8_cache(const char* fn, const char* arg, const A& c,
                                      hmla::SparseCacheLayout layout, bool require_cuda, int* device) {
   check_dtype(fn, arg, c, {dt(kCodeFloat8E4M3FN, 8), dt(kCodeInt, 8), dt(kCodeUInt, 8)},
               "float8_e4m3fn, int8 or uint8 (the packed FP8 cache bytes)");
@@ -567,9 +624,10 @@ hmla::SparseKVCache import_fp8_cache(const char* fn, const char* arg, const InAr
 }
 
 // A [batch, s_q, topk] int32 index list.
-InArray import_index_list(const char* fn, const char* name, nb::handle obj, int64_t batch, int64_t s_q,
+template <typename Arg>
+typename ArraysOf<Arg>::In import_index_list(const char* fn, const char* name, Arg obj, int64_t batch, int64_t s_q,
                           const char* layout, bool require_cuda, int* device) {
-  InArray idx = import_array<InArray>(obj, fn, name);
+  auto idx = import_array<typename ArraysOf<Arg>::In>(obj, fn, name);
   check_dtype(fn, name, idx, {dt(kCodeInt, 32)}, "int32");
   check_device(fn, name, idx, require_cuda, device);
   check_ndim(fn, name, idx, 3, layout);
@@ -580,11 +638,12 @@ InArray import_index_list(const char* fn, const char* name, nb::handle obj, int6
 
 // An optional 1-D per-request / per-head / per-token vector (topk_length, attn_sink, ...): dtype,
 // device, length and contiguity, each failure naming the argument. Returns its data or null.
-const void* import_optional_vector(const char* fn, const char* name, nb::handle obj, nb::dlpack::dtype dtype,
+template <typename Arg>
+const void* import_optional_vector(const char* fn, const char* name, Arg obj, nb::dlpack::dtype dtype,
                                    const char* dtype_name, int64_t length, const char* shape_text,
                                    bool require_cuda, int* device) {
   if (!present(obj)) return nullptr;
-  InArray t = import_array<InArray>(obj, fn, name);
+  auto t = import_array<typename ArraysOf<Arg>::In>(obj, fn, name);
   check_dtype(fn, name, t, {dtype}, dtype_name);
   check_device(fn, name, t, require_cuda, device);
   check_shape(fn, name, t, {length}, shape_text);
@@ -594,20 +653,22 @@ const void* import_optional_vector(const char* fn, const char* name, nb::handle 
 
 // The inputs of one sparse decode call: the imported arrays (kept alive for the call) and the
 // parameters built from them, outputs not set.
+template <typename In = InArray>
 struct SparseInputs {
-  InArray q, k, indices, extra_k, extra_indices;
+  In q, k, indices, extra_k, extra_indices;
   hmla::SparseDecodeParams p;
   int device = -1;
 };
 
-SparseInputs import_sparse(const char* fn, nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj,
-                           nb::handle topk_len_obj, nb::handle sink_obj, nb::handle extra_k_obj,
-                           nb::handle extra_idx_obj, nb::handle extra_len_obj, int64_t head_dim_v,
+template <typename Arg>
+SparseInputs<typename ArraysOf<Arg>::In> import_sparse(const char* fn, Arg q_obj, Arg k_obj, Arg idx_obj, Arg topk_len_obj, Arg sink_obj,
+                           Arg extra_k_obj, Arg extra_idx_obj, Arg extra_len_obj, int64_t head_dim_v,
                            bool require_cuda) {
-  SparseInputs in;
+  using In = typename ArraysOf<Arg>::In;
+  SparseInputs<In> in;
   hmla::SparseDecodeParams& p = in.p;
-  in.q = import_array<InArray>(q_obj, fn, "q");
-  const InArray& q = in.q;
+  in.q = import_array<In>(q_obj, fn, "q");
+  const In& q = in.q;
   check_dtype(fn, "q", q, {dt(kCodeBfloat, 16)}, "bfloat16 (sparse decode)");
   check_device(fn, "q", q, require_cuda, &in.device);
   check_ndim(fn, "q", q, 4, "[batch, s_q, h_q, head_dim]");
@@ -629,7 +690,7 @@ SparseInputs import_sparse(const char* fn, nb::handle q_obj, nb::handle k_obj, n
   p.q_token_stride = q.stride(1);
   p.q_head_stride = q.stride(2);
 
-  in.k = import_array<InArray>(k_obj, fn, "k_cache");
+  in.k = import_array<In>(k_obj, fn, "k_cache");
   p.cache = import_fp8_cache(fn, "k_cache", in.k, p.layout, require_cuda, &in.device);
   in.indices = import_index_list(fn, "indices", idx_obj, p.batch, p.s_q, "[batch, s_q, topk]", require_cuda,
                                  &in.device);
@@ -643,7 +704,7 @@ SparseInputs import_sparse(const char* fn, nb::handle q_obj, nb::handle k_obj, n
       fn, "attn_sink", sink_obj, dt(kCodeFloat, 32), "float32", p.h_q, "[h_q]", require_cuda, &in.device));
 
   if (present(extra_k_obj)) {
-    in.extra_k = import_array<InArray>(extra_k_obj, fn, "extra_k_cache");
+    in.extra_k = import_array<In>(extra_k_obj, fn, "extra_k_cache");
     p.extra_cache = import_fp8_cache(fn, "extra_k_cache", in.extra_k, p.layout, require_cuda, &in.device);
   }
   if (present(extra_idx_obj)) {
@@ -679,8 +740,8 @@ nb::dict check_sparse_decode_args(nb::handle q_obj, nb::handle k_obj, nb::handle
                                   nb::handle extra_len_obj, int64_t head_dim_v, double softmax_scale,
                                   bool require_cuda) {
   const char* fn = "flash_mla_with_kvcache";
-  SparseInputs in = import_sparse(fn, q_obj, k_obj, idx_obj, topk_len_obj, sink_obj, extra_k_obj, extra_idx_obj,
-                                  extra_len_obj, head_dim_v, require_cuda);
+  auto in = import_sparse(fn, q_obj, k_obj, idx_obj, topk_len_obj, sink_obj, extra_k_obj, extra_idx_obj,
+                          extra_len_obj, head_dim_v, require_cuda);
   in.p.softmax_scale = static_cast<float>(softmax_scale);
   set_placeholder_outputs(in.p);
   translate_sparse(fn, [&] { hmla::validate(in.p); });
@@ -774,15 +835,17 @@ Schedule sparse_schedule_of(nb::handle workspace_obj, int batch, int s_q, int h_
   return out;
 }
 
-void sparse_run(nb::handle q_obj, nb::handle k_obj, nb::handle idx_obj, nb::handle topk_len_obj, nb::handle sink_obj,
-                nb::handle extra_k_obj, nb::handle extra_idx_obj, nb::handle extra_len_obj, nb::handle out_obj,
-                nb::handle lse_obj, const Schedule& sched, double softmax_scale, uintptr_t stream) {
+template <typename Arg>
+void sparse_run(Arg q_obj, Arg k_obj, Arg idx_obj, Arg topk_len_obj, Arg sink_obj, Arg extra_k_obj, Arg extra_idx_obj,
+                Arg extra_len_obj, Arg out_obj, Arg lse_obj, const Schedule& sched, double softmax_scale,
+                uintptr_t stream) {
   const char* fn = "flash_mla_with_kvcache";
-  SparseInputs in = import_sparse(fn, q_obj, k_obj, idx_obj, topk_len_obj, sink_obj, extra_k_obj, extra_idx_obj,
-                                  extra_len_obj, kDV, true);
+  auto in = import_sparse(fn, q_obj, k_obj, idx_obj, topk_len_obj, sink_obj, extra_k_obj, extra_idx_obj,
+                          extra_len_obj, kDV, true);
   hmla::SparseDecodeParams& p = in.p;
-  OutArray out = import_array<OutArray>(out_obj, fn, "out");
-  OutArray lse = import_array<OutArray>(lse_obj, fn, "lse");
+  using Out = typename ArraysOf<Arg>::Out;
+  Out out = import_array<Out>(out_obj, fn, "out");
+  Out lse = import_array<Out>(lse_obj, fn, "lse");
   check_dtype(fn, "out", out, {dt(kCodeBfloat, 16)}, "bfloat16");
   check_dtype(fn, "lse", lse, {dt(kCodeFloat, 32)}, "float32");
   check_device(fn, "out", out, true, &in.device);
@@ -1094,6 +1157,54 @@ void float32_to_bf16(nb::ndarray<const float, nb::c_contig, nb::device::cpu> src
   for (size_t i = 0; i < n; ++i) d[i] = hmla::reference::float_to_bf16(s[i]);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The PyTorch fast path's entry points (python/src/fast_call.h): the same runs as dense_decode_run
+// and sparse_decode_run, with the arrays described instead of exported over DLPack. Exceptions
+// become a set Python error and -1, since the caller is plain C++ on the other side of a capsule.
+
+template <typename F>
+int with_python_error(F&& f) noexcept {
+  try {
+    f();
+    return 0;
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const nb::builtin_exception& e) {
+    PyErr_SetString(e.type() == nb::exception_type::type_error ? PyExc_TypeError : PyExc_ValueError, e.what());
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "hmla: unknown C++ exception");
+  }
+  return -1;
+}
+
+const Schedule& schedule_argument(PyObject* obj, const char* fn) {
+  Schedule* sched = nullptr;
+  if (!nb::try_cast<Schedule*>(nb::handle(obj), sched) || sched == nullptr)
+    raise_type(fn, "tile_scheduler_metadata", "holds no hmla schedule (plan it first)");
+  return *sched;
+}
+
+int fast_dense_decode_run(const hmla_python::RawArray* const* a, PyObject* schedule, double softmax_scale, int causal,
+                          uintptr_t stream) {
+  return with_python_error([&] {
+    dense_run(a[0], a[1], a[2], a[3], a[4], a[5], schedule_argument(schedule, "flash_mla_with_kvcache"),
+              softmax_scale, causal != 0, stream);
+  });
+}
+
+int fast_sparse_decode_run(const hmla_python::RawArray* const* a, PyObject* schedule, double softmax_scale,
+                           uintptr_t stream) {
+  return with_python_error([&] {
+    sparse_run(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
+               schedule_argument(schedule, "flash_mla_with_kvcache"), softmax_scale, stream);
+  });
+}
+
+const hmla_python::FastCall kFastCall = {hmla_python::kFastCallVersion, &fast_dense_decode_run,
+                                         &fast_sparse_decode_run};
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -1125,13 +1236,15 @@ NB_MODULE(_C, m) {
                ", num_sm_parts=" + std::to_string(s.s.num_sm_parts) + ", device=" + std::to_string(s.device) + ")";
       });
 
+  m.attr("_fast_call") = nb::capsule(&kFastCall, hmla_python::kFastCallCapsule);
+
   m.def("dense_decode_workspace_bytes", &workspace_bytes, nb::arg("batch"), nb::arg("s_q"), nb::arg("h_q"),
         nb::arg("h_kv"), nb::arg("device"), nb::arg("fn"));
   m.def("dense_decode_plan", &plan, nb::arg("cache_seqlens"), nb::arg("s_q"), nb::arg("h_q"), nb::arg("h_kv"),
         nb::arg("workspace"), nb::arg("stream"), nb::arg("fn"));
   m.def("dense_decode_schedule", &schedule_of, nb::arg("workspace"), nb::arg("batch"), nb::arg("s_q"), nb::arg("h_q"),
         nb::arg("h_kv"), nb::arg("fn"));
-  m.def("dense_decode_run", &dense_run, nb::arg("q"), nb::arg("k_cache"), nb::arg("block_table"),
+  m.def("dense_decode_run", &dense_run<nb::handle>, nb::arg("q"), nb::arg("k_cache"), nb::arg("block_table"),
         nb::arg("cache_seqlens"), nb::arg("out"), nb::arg("lse"), nb::arg("schedule"), nb::arg("softmax_scale"),
         nb::arg("causal"), nb::arg("stream"));
   m.def("check_dense_decode_args", &check_dense_args, nb::arg("q"), nb::arg("k_cache"), nb::arg("block_table"),
@@ -1149,7 +1262,7 @@ NB_MODULE(_C, m) {
   m.def("sparse_decode_schedule", &sparse_schedule_of, nb::arg("workspace"), nb::arg("batch"), nb::arg("s_q"),
         nb::arg("h_q"), nb::arg("topk"), nb::arg("topk_length"), nb::arg("extra"), nb::arg("extra_topk"),
         nb::arg("extra_topk_length"), nb::arg("fn"));
-  m.def("sparse_decode_run", &sparse_run, nb::arg("q"), nb::arg("k_cache"), nb::arg("indices"),
+  m.def("sparse_decode_run", &sparse_run<nb::handle>, nb::arg("q"), nb::arg("k_cache"), nb::arg("indices"),
         nb::arg("topk_length").none(), nb::arg("attn_sink").none(), nb::arg("extra_k_cache").none(),
         nb::arg("extra_indices_in_kvcache").none(), nb::arg("extra_topk_length").none(), nb::arg("out"),
         nb::arg("lse"), nb::arg("schedule"), nb::arg("softmax_scale"), nb::arg("stream"));

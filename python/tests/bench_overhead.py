@@ -11,14 +11,19 @@ measures, per call:
   compiled_host_us host time of one call of that compiled function (no sync in the loop)
   cxx_host_us      host time of the bare C++ entry point hmla._C.dense_decode_run with pre-made
                    DLPack capsules and preallocated outputs (checks + launches, no Python layer)
+  *_dlpack         eager_wall_us, python_host_us and overhead_over_kernel_us with hmla._torch_fast
+                   turned off (the DLPack path), when it is built ("torch_fast": whether it is)
 
 and reports python_layer_us = python_host_us - cxx_host_us (what the Python layer adds to the C++
 call), overhead_over_kernel_us = eager_wall_us - graph_gpu_us (the time an eager call costs beyond
 the kernels; the issue's target is < 10 us) and compiled_overhead_over_kernel_us = compiled_wall_us -
 graph_gpu_us. When FlashMLA is importable, its graph_gpu_us, eager_wall_us, python_host_us and
-overhead_over_kernel_us on the same call are measured beside ("flashmla"). Results go to stdout and,
-when $OUT is set, to $OUT/python_overhead.json.
-Usage: python python/tests/bench_overhead.py [--calls N]
+overhead_over_kernel_us on the same call are measured beside ("flashmla"). "pieces" times, on the
+same host, each PyTorch and Python operation an eager call is made of (output allocation, DLPack
+export, the stream query, attribute reads, a bare Python call), to say where the Python layer's
+time goes. Results go to stdout and, when $OUT is set, to $OUT/python_overhead.json.
+Usage: python python/tests/bench_overhead.py [--calls N] [--pieces-only]   (--pieces-only: the pieces
+alone, without hmla installed)
 """
 
 import argparse
@@ -28,9 +33,6 @@ import statistics
 import time
 
 import torch
-
-import hmla
-from hmla import _C
 from torch.utils.dlpack import to_dlpack
 
 
@@ -79,11 +81,65 @@ def flashmla_beside(q, k, bt, sl, timed, repeats):
     return res
 
 
+def host_pieces(q, k, repeats, n=2000):
+    """Host microseconds of each operation an eager call is made of, on this host (median of repeats of
+    n calls each): where python_layer_us goes."""
+    dev = q.get_device()
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    f32 = torch.float32
+    cap = to_dlpack(q)
+    del cap
+
+    def noop(a, b, c, d, e, f, g):
+        return a
+
+    pieces = {
+        "python_call_7_args": lambda: noop(q, k, q, k, q, k, q),
+        "new_empty_out": lambda: q.new_empty((1, 1, 16, 512)),
+        "new_empty_lse_f32": lambda: q.new_empty((1, 16, 1), dtype=f32),
+        "torch_empty_f32": lambda: torch.empty((1, 16, 1), dtype=f32, device=q.device),
+        "to_dlpack": lambda: to_dlpack(q),
+        "dunder_dlpack": lambda: q.__dlpack__(),
+        "raw_stream": lambda: raw_stream(dev),
+        "get_device": lambda: q.get_device(),
+        "shape_unpack": lambda: tuple(q.shape),
+        "data_ptr": lambda: q.data_ptr(),
+        "stride": lambda: q.stride(),
+        "dtype_is": lambda: q.dtype is torch.bfloat16,
+        "current_stream_object": lambda: torch.cuda.current_stream(dev).cuda_stream,
+    }
+    try:
+        from hmla import _interface
+
+        pieces["hmla_is_compiling"] = _interface._torch_compile.is_compiling
+    except ImportError:  # --pieces-only without hmla
+        pass
+    res = {}
+    for name, f in pieces.items():
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f()
+            times.append((time.perf_counter() - t0) / n * 1e6)
+        res[name] = statistics.median(times)
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--pieces-only", action="store_true")
     args = ap.parse_args()
+    if args.pieces_only:
+        q = torch.randn(1, 1, 16, 576, dtype=torch.bfloat16, device="cuda")
+        for key, value in host_pieces(q, q, args.repeats).items():
+            print(f"piece {key:28s} {value:8.3f}")
+        return
+    import hmla
+    from hmla import _C
+
     n = args.calls
     torch.manual_seed(0)
     dev = "cuda"
@@ -158,7 +214,43 @@ def main():
     torch.cuda.synchronize()
     assert all(torch.equal(c, e) for c, e in zip(compiled_call(), call())), "compiled call differs from eager"
 
-    res = {}
+    from hmla._frameworks import _singleton
+
+    adapter = _singleton("torch")
+    fast = adapter.fast
+
+    def dlpack_path(measure):
+        def run():
+            adapter.fast = None
+            try:
+                return measure()
+            finally:
+                adapter.fast = fast
+
+        return run
+
+    res = {"torch_fast": fast is not None}
+    if fast is not None:
+        # The C++ call an eager call makes once its Python layer has found the metadata planned.
+        direct = lambda: fast.dense_decode_planned(q, k, bt, sl, sched, meta._key, None, False, 512)  # noqa: E731
+        res["torch_fast_direct_host_us"] = statistics.median(timed(direct, False)() for _ in range(args.repeats))
+        res["torch_fast_pieces"] = fast._host_timings(q, 2000)
+
+        class NoLaunch:
+            """The fast path's planned call replaced by a stub: what remains is the Python layer."""
+
+            @staticmethod
+            def dense_decode_planned(*args):
+                return q, sl
+
+        adapter.fast = NoLaunch()
+        try:
+            res["python_layer_only_host_us"] = statistics.median(timed(call, False)() for _ in range(args.repeats))
+        finally:
+            adapter.fast = fast
+        for name, f in (("eager_wall_us_dlpack", dlpack_path(timed(call, True))),
+                        ("python_host_us_dlpack", dlpack_path(timed(call, False)))):
+            res[name] = statistics.median(f() for _ in range(args.repeats))
     for name, f in (("graph_gpu_us", graph_gpu), ("eager_wall_us", timed(call, True)),
                     ("python_host_us", timed(call, False)), ("compiled_wall_us", timed(compiled_call, True)),
                     ("compiled_host_us", timed(compiled_call, False)), ("cxx_host_us", cxx_host)):
@@ -166,16 +258,27 @@ def main():
     res["python_layer_us"] = res["python_host_us"] - res["cxx_host_us"]
     res["overhead_over_kernel_us"] = res["eager_wall_us"] - res["graph_gpu_us"]
     res["compiled_overhead_over_kernel_us"] = res["compiled_wall_us"] - res["graph_gpu_us"]
+    if fast is not None:
+        res["overhead_over_kernel_us_dlpack"] = res["eager_wall_us_dlpack"] - res["graph_gpu_us"]
     res["flashmla"] = flashmla_beside(q, k, bt, sl, timed, args.repeats)
+    res["pieces"] = host_pieces(q, k, args.repeats)
     res["target_us"] = 10.0
     res["meets_target"] = res["overhead_over_kernel_us"] < 10.0
     res["shape"] = dict(batch=b, s_q=s_q, h_q=h_q, h_kv=h_kv, seqlen=64, page=page, dtype="bf16", calls=n)
     res["versions"] = dict(torch=torch.__version__, hmla=hmla.__version__, gpu=torch.cuda.get_device_name())
     for key in ("graph_gpu_us", "eager_wall_us", "python_host_us", "compiled_wall_us", "compiled_host_us",
-                "cxx_host_us", "python_layer_us", "overhead_over_kernel_us", "compiled_overhead_over_kernel_us"):
-        print(f"{key:34s} {res[key]:8.2f}")
+                "cxx_host_us", "python_layer_us", "overhead_over_kernel_us", "compiled_overhead_over_kernel_us",
+                "eager_wall_us_dlpack", "python_host_us_dlpack", "overhead_over_kernel_us_dlpack",
+                "torch_fast_direct_host_us", "python_layer_only_host_us"):
+        if key in res:
+            print(f"{key:34s} {res[key]:8.2f}")
+    print(f"torch_fast (hmla._torch_fast loaded): {res['torch_fast']}")
     for key, value in (res["flashmla"] or {}).items():
         print(f"flashmla {key:25s} {value:8.2f}")
+    for key, value in (res.get("torch_fast_pieces") or {}).items():
+        print(f"torch_fast piece {key:20s} {value:8.3f}")
+    for key, value in res["pieces"].items():
+        print(f"piece {key:28s} {value:8.3f}")
     print(f"meets target (< 10 us over the kernels): {res['meets_target']}")
     out_dir = os.environ.get("OUT")
     if out_dir:

@@ -460,3 +460,41 @@ def test_torch_cpu_tensors_are_rejected_with_names():
     with pytest.raises(TypeError, match="argument 'q' has dtype float32"):
         hmla.check_dense_decode_args(q.float(), k, torch.zeros(B, 5, dtype=torch.int32),
                                      torch.zeros(B, dtype=torch.int32), require_cuda=False)
+
+
+# ------------------------------------------------------------------- the PyTorch fast path's table
+def _fast_call_table():
+    """hmla._C's C function table for hmla._torch_fast (python/src/fast_call.h), read with ctypes."""
+    import ctypes
+
+    class RawArray(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("ndim", ctypes.c_int32), ("shape", ctypes.c_int64 * 8),
+                    ("strides", ctypes.c_int64 * 8), ("dtype_code", ctypes.c_uint8), ("dtype_bits", ctypes.c_uint8),
+                    ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+    arrays = ctypes.POINTER(ctypes.POINTER(RawArray))
+    # PYFUNCTYPE: called with the GIL held, and the Python error the function sets is raised.
+    dense = ctypes.PYFUNCTYPE(ctypes.c_int, arrays, ctypes.py_object, ctypes.c_double, ctypes.c_int, ctypes.c_size_t)
+    sparse = ctypes.PYFUNCTYPE(ctypes.c_int, arrays, ctypes.py_object, ctypes.c_double, ctypes.c_size_t)
+
+    class FastCall(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("dense", dense), ("sparse", sparse)]
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    table = FastCall.from_address(get(hmla._C._fast_call, b"hmla._C._fast_call"))
+    return table, RawArray
+
+
+def test_fast_call_table_turns_errors_into_python_exceptions():
+    import ctypes
+
+    table, RawArray = _fast_call_table()
+    assert table.version == 1
+    raw = (ctypes.POINTER(RawArray) * 10)()  # every argument None
+    # No schedule: a TypeError naming the argument, raised through the C interface (not a crash,
+    # not a bare RuntimeError).
+    with pytest.raises(TypeError, match="argument 'tile_scheduler_metadata' holds no hmla schedule"):
+        table.dense(raw, None, 0.0, 0, 0)
+    with pytest.raises(TypeError, match="argument 'tile_scheduler_metadata' holds no hmla schedule"):
+        table.sparse(raw, object(), 0.0, 0)
