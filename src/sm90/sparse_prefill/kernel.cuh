@@ -196,16 +196,18 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
       c.locate(list, it.keys, j, rows, group, piece);
       trace::event(trace::kProducer, n, trace::kProducerTop);
       const uint32_t free_parity = (n & 1) ^ 1;
-      dev::mbar_wait(&smem.k_free[0][0], free_parity);
-      trace::event(trace::kProducer, n, trace::kFree0Left);
-      c.publish_valid(&smem.valid[0][warp], &smem.k_ready[0][0], 0, warp, lane);
-      c.template copy<0, kL>(buf0, 0, dst_in_chunk, policy);
-      dev::cp_async_mbar_arrive(&smem.k_ready[0][0]);
+      // Halves in the order the consumers free them: B's own product (buffer 1's right half) retires
+      // first, A's (buffer 0's left half) next, then the two products with the other's P.
       dev::mbar_wait(&smem.k_free[1][1], free_parity);
       trace::event(trace::kProducer, n, trace::kFree1Right);
       c.publish_valid(&smem.valid[1][warp], &smem.k_ready[1][1], 1, warp, lane);
       c.template copy<kL, kAll>(buf1, 1, dst_in_chunk, policy);
       dev::cp_async_mbar_arrive(&smem.k_ready[1][1]);
+      dev::mbar_wait(&smem.k_free[0][0], free_parity);
+      trace::event(trace::kProducer, n, trace::kFree0Left);
+      c.publish_valid(&smem.valid[0][warp], &smem.k_ready[0][0], 0, warp, lane);
+      c.template copy<0, kL>(buf0, 0, dst_in_chunk, policy);
+      dev::cp_async_mbar_arrive(&smem.k_ready[0][0]);
       dev::mbar_wait(&smem.k_free[0][1], free_parity);
       trace::event(trace::kProducer, n, trace::kFree0Right);
       c.template copy<kL, kAll>(buf0, 0, dst_in_chunk, policy);
@@ -373,14 +375,13 @@ struct Consumer {
     }
   }
 
-  // P times `factor` per row, as bf16, into the P tile at shared-memory address `tile` with four
-  // stmatrix (each 8 x 8 matrix of the fragment is a thread's pair in row lane / 4); fenced for wgmma.
-  __device__ void store_p(uint32_t tile, const float (&factor)[2]) const {
+  // P as bf16 into the P tile at shared-memory address `tile` with four stmatrix (each 8 x 8 matrix
+  // of the fragment is a thread's pair in row lane / 4); fenced for wgmma.
+  __device__ void store_p(uint32_t tile) const {
     uint32_t pairs[16];  // pair 2 k + h: columns 8 k + 2 (lane % 4) + {0, 1} of row half h
     CUTE_UNROLL
     for (int i = 0; i < size(tSrS); i += 2) {
-      const int h = (i / 2) % 2;
-      const __nv_bfloat162 v = __floats2bfloat162_rn(tSrS(i) * factor[h], tSrS(i + 1) * factor[h]);
+      const __nv_bfloat162 v = __floats2bfloat162_rn(tSrS(i), tSrS(i + 1));
       pairs[i / 2] = *reinterpret_cast<const uint32_t*>(&v);
     }
 #pragma unroll
@@ -494,28 +495,23 @@ __device__ void consumer_a_loop(typename Cfg::SharedStorage& smem, const KernelP
         for (int h = 0; h < 2; ++h) m[h] = fmaxf(c.row_m[h], m[h]);
         c.publish_max(smem, m, &smem.a_max);
         trace::event(trace::kConsumerA, n, trace::kAMaxSent);
+        // B folds its tile into the max; P_A and O move to that pair max at once, and P_A goes to B
+        // before A issues its own product: the warp stalls in a register-sourced wgmma's issue while
+        // the tensor pipe is busy, so a store behind it (the P that B waits for) would start late.
+        dev::mbar_wait(&smem.b_max, parity);
+        trace::event(trace::kConsumerA, n, trace::kAMaxBack);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) m[h] = smem.row_max[c.rows[h]];
         c.exponentiate(m);
+        // Q is read by S alone: both S of the item's last pair are done (B's before b_max).
+        if (j + 1 == it.pairs && ctid == 0) load_q(next_q);
+        c.store_p(p_own);
+        warp_arrive(&smem.p_ready[0]);
         issue_pv_from_registers<Cfg>(v0, c.tOrP, c.tOrO);
         warpgroup_wait<0>();
         warpgroup_fence_operand(c.tOrO);
         warp_arrive(&smem.k_free[0][0]);
         trace::event(trace::kConsumerA, n, trace::kAOwnDone);
-        // B folded its tile into the max: P and O move to it, and P goes to B.
-        dev::mbar_wait(&smem.b_max, parity);
-        trace::event(trace::kConsumerA, n, trace::kAMaxBack);
-        float factor[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float pair_max = smem.row_max[c.rows[h]];
-          factor[h] = m[h] == -INFINITY ? 1.f : dev::exp2_ftz(m[h] - pair_max);
-          c.row_m[h] = pair_max;
-          c.row_l[h] *= factor[h];
-        }
-        // Q is read by S alone: both S of the item's last pair are done (B's before b_max).
-        if (j + 1 == it.pairs && ctid == 0) load_q(next_q);
-        c.store_p(p_own, factor);
-        warp_arrive(&smem.p_ready[0]);
-        c.rescale_o(factor);
         dev::mbar_wait(&smem.p_ready[1], parity);
         issue_pv_from_smem<Cfg>(p_other, v1, c.tOrO);
         trace::event(trace::kConsumerA, n, trace::kAOtherP);
@@ -553,7 +549,6 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
   typename Cfg::Element* const v1 = smem.k[1] + kHalfElems;
   const uint32_t p_own = dev::smem_addr(p_tile_of<Cfg>(smem, 1));
   const typename Cfg::Element* p_other = p_tile_of<Cfg>(smem, 0);
-  const float one[2] = {1.f, 1.f};
   uint32_t n = 0, q_parity = 0;
   int items = 0;
   Item it = item_of(p, blockIdx.x);
@@ -584,7 +579,7 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
         c.publish_max(smem, m, &smem.b_max);
         c.exponentiate(m);
         issue_pv_from_registers<Cfg>(v1, c.tOrP, c.tOrO);
-        c.store_p(p_own, one);
+        c.store_p(p_own);
         warp_arrive(&smem.p_ready[1]);
         // Buffer 1's right half is released as soon as the own product retires (its reload is what
         // this warpgroup's next S waits for), not once A's P has come and its product was issued.
