@@ -114,31 +114,37 @@ PyObject* allocate_outputs(const at::Tensor& q, at::ScalarType dtype, RawArray* 
   return result;
 }
 
+// The dense run of both entry points: inputs = (q, k_cache, block_table, cache_seqlens); returns
+// (out, lse) or null with an error set.
+PyObject* run_dense(PyObject* const* inputs, PyObject* schedule, double scale, int causal, uintptr_t stream) {
+  static const char* const names[] = {"q", "k_cache", "block_table", "cache_seqlens"};
+  RawArray raw[6];
+  const RawArray* slots[6] = {};
+  for (int i = 0; i < 4; ++i)
+    if (!describe(inputs[i], names[i], false, raw[i], slots[i])) return nullptr;
+  const at::Tensor& q = THPVariable_Unpack(inputs[0]);
+  PyObject* result = allocate_outputs(q, q.scalar_type(), &raw[4], &raw[5], &slots[4]);
+  if (result == nullptr) return nullptr;
+  if (g_fast_call->dense_decode_run(slots, schedule, scale, causal, stream) != 0) {
+    Py_DECREF(result);
+    return nullptr;
+  }
+  return result;
+}
+
 // dense_decode(q, k_cache, block_table, cache_seqlens, schedule, softmax_scale, causal, stream)
 PyObject* dense_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 8) {
     PyErr_SetString(PyExc_TypeError, "hmla._torch_fast.dense_decode takes 8 arguments");
     return nullptr;
   }
-  static const char* const names[] = {"q", "k_cache", "block_table", "cache_seqlens"};
-  RawArray raw[6];
-  const RawArray* slots[6] = {};
-  for (int i = 0; i < 4; ++i)
-    if (!describe(args[i], names[i], false, raw[i], slots[i])) return nullptr;
   const double scale = PyFloat_AsDouble(args[5]);
   if (scale == -1.0 && PyErr_Occurred()) return nullptr;
   const int causal = PyObject_IsTrue(args[6]);
   if (causal < 0) return nullptr;
   uintptr_t stream = 0;
   if (!to_stream(args[7], stream)) return nullptr;
-  const at::Tensor& q = THPVariable_Unpack(args[0]);
-  PyObject* result = allocate_outputs(q, q.scalar_type(), &raw[4], &raw[5], &slots[4]);
-  if (result == nullptr) return nullptr;
-  if (g_fast_call->dense_decode_run(slots, args[4], scale, causal, stream) != 0) {
-    Py_DECREF(result);
-    return nullptr;
-  }
-  return result;
+  return run_dense(args, args[4], scale, causal, stream);
 }
 
 bool key_int_is(PyObject* key, Py_ssize_t i, int64_t value) {
@@ -186,19 +192,8 @@ PyObject* dense_decode_planned(PyObject*, PyObject* const* args, Py_ssize_t narg
     scale = PyFloat_AsDouble(args[6]);
     if (scale == -1.0 && PyErr_Occurred()) return nullptr;
   }
-  RawArray raw[6];
-  const RawArray* slots[6] = {};
-  static const char* const names[] = {"q", "k_cache", "block_table", "cache_seqlens"};
-  for (int i = 0; i < 4; ++i)
-    if (!describe(args[i], names[i], false, raw[i], slots[i])) return nullptr;
   const uintptr_t stream = reinterpret_cast<uintptr_t>(c10::cuda::getCurrentCUDAStream(q.get_device()).stream());
-  PyObject* result = allocate_outputs(q, q.scalar_type(), &raw[4], &raw[5], &slots[4]);
-  if (result == nullptr) return nullptr;
-  if (g_fast_call->dense_decode_run(slots, args[4], scale, causal, stream) != 0) {
-    Py_DECREF(result);
-    return nullptr;
-  }
-  return result;
+  return run_dense(args, args[4], scale, causal, stream);
 }
 
 // sparse_decode(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices_in_kvcache,

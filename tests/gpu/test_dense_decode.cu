@@ -194,6 +194,16 @@ DecodeCase api_case(const std::string& name) {
   return make_case(name, hmla::DType::kBF16, 4, 2, 64, 1, {100, 0, 2048, 513}, true);
 }
 
+// p's case planned on stream s into ws, a workspace of p's size filled with 0xff first (a byte the
+// plan leaves unwritten is garbage, never zero).
+hmla::DecodeSchedule plan_into_poisoned_workspace(const DecodeProblem& p, DeviceBuffer& ws, cudaStream_t s) {
+  const DecodeCase& c = p.spec();
+  const size_t bytes = p.workspace_bytes();
+  ws = DeviceBuffer(bytes);
+  HMLA_TEST_CUDA_CHECK(cudaMemset(ws.get(), 0xff, bytes));
+  return hmla::dense_decode_plan(p.device_seqlens(), c.batch, c.s_q, c.h_q, c.h_kv, ws.get(), bytes, s);
+}
+
 TEST(DenseDecodeApi, TooSmallOrMissingWorkspaceThrowsInvalidArgument) {
   DecodeProblem p(api_case("Api_small_workspace"));
   const DecodeCase& c = p.spec();
@@ -268,13 +278,9 @@ TEST(DenseDecodeApi, RunRejectsScheduleOfAnotherShape) {
 TEST(DenseDecodeApi, PlanReusedForTwoRunsGivesIdenticalResults) {
   DecodeProblem p(make_case("Api_plan_reuse", hmla::DType::kBF16, 6, 2, 128, 1,
                             {1, 4096, 0, 777, 20000, 65}, true));
-  const DecodeCase& c = p.spec();
   Stream s;
-  const size_t bytes = p.workspace_bytes();
-  DeviceBuffer ws(bytes);
-  HMLA_TEST_CUDA_CHECK(cudaMemset(ws.get(), 0xff, bytes));
-  const hmla::DecodeSchedule sched = hmla::dense_decode_plan(
-      p.device_seqlens(), c.batch, c.s_q, c.h_q, c.h_kv, ws.get(), bytes, s.get());
+  DeviceBuffer ws;
+  const hmla::DecodeSchedule sched = plan_into_poisoned_workspace(p, ws, s.get());
   Outputs runs[2];
   for (int i = 0; i < 2; ++i) {
     p.poison_outputs();
@@ -294,13 +300,9 @@ TEST(DenseDecodeApi, RunFromAFreshHostThread) {
   // the device's primary context current) and its second the driver's. Both must launch the same
   // kernels on the caller's stream as a run from the planning thread.
   DecodeProblem p(make_case("Api_fresh_thread", hmla::DType::kBF16, 5, 2, 64, 1, {3000, 1, 0, 700, 129}, true));
-  const DecodeCase& c = p.spec();
   Stream s;
-  const size_t bytes = p.workspace_bytes();
-  DeviceBuffer ws(bytes);
-  HMLA_TEST_CUDA_CHECK(cudaMemset(ws.get(), 0xff, bytes));
-  const hmla::DecodeSchedule sched = hmla::dense_decode_plan(
-      p.device_seqlens(), c.batch, c.s_q, c.h_q, c.h_kv, ws.get(), bytes, s.get());
+  DeviceBuffer ws;
+  const hmla::DecodeSchedule sched = plan_into_poisoned_workspace(p, ws, s.get());
   p.poison_outputs();
   ASSERT_NO_THROW(hmla::dense_decode_run(p.device_params(), sched, s.get()));
   HMLA_TEST_CUDA_CHECK(cudaStreamSynchronize(s.get()));
