@@ -38,8 +38,9 @@
 //      time): out and lse bitwise identical.
 //  * DenseDecodeApi: too small / null workspace -> hmla::InvalidArgument; a larger workspace is
 //      accepted; run with a schedule of another shape -> hmla::InvalidArgument; one plan reused for
-//      two runs -> identical; one plan for three layers (three caches, one seqlens tensor);
-//      CUDA-graph capture of plan+run on a non-default stream, replayed with new q and new
+//      two runs -> identical; runs from a fresh host thread (no current context, then the one
+//      the first run left) -> identical to the planning thread's; one plan for three layers (three
+//      caches, one seqlens tensor); CUDA-graph capture of plan+run on a non-default stream, replayed with new q and new
 //      cache_seqlens.
 //  * SanitizerSubset/DenseDecodeSanitizer [*Sanitizer*]: 11 small cases (s_k 20..640, b 1..4,
 //      causal + varlen, pages 64 and 16, both dtypes; three planned for 1, 4 and 6 SMs, two of them
