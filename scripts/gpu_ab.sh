@@ -7,7 +7,8 @@
 #               present, in place of config.h);
 #   bench_NAME  an hmla-bench executable built on the workstation (same nvcc), run as it is.
 # HMLA_AB_PREBUILT=1 times the working tree's build-gpu/tools/hmla-bench/hmla-bench as "cur"
-# instead of building it.
+# instead of building it; HMLA_AB_NO_CUR=1 times only the named variants (prebuilt bench_NAME binaries
+# of main and of diagnostic builds, say), with nothing built on the device.
 #   bash scripts/gpu_ab.sh .deps/variant/a.patch .deps/variant/b.cuh
 # (variant files in an ignored folder travel with the device tool's `carry`). Rows: HMLA_AB_ROWS,
 # lines of hmla-bench arguments (default: the quick sweep and one long memory-bound row).
@@ -22,6 +23,7 @@ anchors=${HMLA_ANCHORS:-$PWD/.deps/anchors/flashmla-h200.json}
 rows=${HMLA_AB_ROWS:-"--sweep quick
 dense-decode --b 128 --h-q 16 --s-k 32768"}
 variants=(cur "$@")
+[ "${HMLA_AB_NO_CUR:-0}" = 1 ] && variants=("$@")
 jobs_per_build=$(( $(nproc) / ${#variants[@]} ))
 [ "$jobs_per_build" -ge 2 ] || jobs_per_build=2
 
