@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # An hmla-bench of a kernel variant, built on the workstation from build/ (configured and built
 # first), so that a device call times several variants without building any of them there:
-#   scripts/build_bench_variant.sh NAME [--patch FILE] [--flags "NVCC FLAGS"] [--only REGEX]
+#   scripts/build_bench_variant.sh NAME [--patch FILE] [--flags "NVCC FLAGS"] [--only REGEX] [--tests]
 # The library's translation units whose source path matches REGEX (default: the sparse decode
 # instantiations, src/sm90/sparse_decode/instantiate) are recompiled with the patch applied (to a
 # copy of include/ and src/) and the flags added; build/libhmla.a is copied, those objects replaced,
-# and hmla-bench linked against the copy. Other files of the patch (tests, tools) are ignored.
+# and hmla-bench linked against the copy (with --tests, hmla_gpu_tests too: its objects are main's,
+# right as long as the patch changes no library header a test includes, which today is only
+# src/common/fp8_dequant.cuh). Other files of the patch (tests, tools) are ignored.
 # Output: .deps/variants/bench_NAME (stripped), to carry and time with
 #   HMLA_AB_NO_CUR=1 bash scripts/gpu_ab.sh .deps/variants/bench_main .deps/variants/bench_NAME
 # (bench_main: `scripts/build_bench_variant.sh main`, no patch, no flags). ptxas's spill and
@@ -15,12 +17,13 @@ cd "$(dirname "$0")/.."
 root=$PWD
 name=${1:?usage: $0 NAME [--patch FILE] [--flags FLAGS] [--only REGEX]}
 shift
-patch= flags= only='src/sm90/sparse_decode/instantiate'
+patch= flags= only='src/sm90/sparse_decode/instantiate' tests=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --patch) patch=$(realpath "$2"); shift 2 ;;
     --flags) flags=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
+    --tests) tests=1; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -53,12 +56,21 @@ for cmd in "${commands[@]}"; do
   [ -f "$work/$member" ] || { echo "compile failed: $member (errors in $report)" >&2; exit 1; }
   (cd "$work" && ar r libhmla.a "$member")
 done
-link=$(ninja -C build -t commands hmla-bench | tail -n 1)
-link=${link//libhmla.a/$work\/libhmla.a}
-link=${link//-o tools\/hmla-bench\/hmla-bench/-o $work\/hmla-bench}
-(cd build && eval "$link")
-strip "$work/hmla-bench"
+# A target's link line from ninja, against the library copy, writing into the work folder.
+relink() {
+  local target=$1 out=$2 link
+  link=$(ninja -C build -t commands "$target" | tail -n 1)
+  link=${link//libhmla.a/$work\/libhmla.a}
+  link=${link//-o $out/-o $work\/$(basename "$out")}
+  (cd build && eval "$link")
+  strip "$work/$(basename "$out")"
+}
+relink hmla-bench tools/hmla-bench/hmla-bench
 cp "$work/hmla-bench" "$root/.deps/variants/bench_$name"
-echo "built .deps/variants/bench_$name (${#commands[@]} translation units recompiled; ptxas: $report)"
+if [ "$tests" = 1 ]; then
+  relink hmla_gpu_tests tests/hmla_gpu_tests
+  cp "$work/hmla_gpu_tests" "$root/.deps/variants/tests_$name"
+fi
+echo "built .deps/variants/bench_$name$([ "$tests" = 1 ] && echo " and tests_$name") (${#commands[@]} translation units recompiled; ptxas: $report)"
 [ -s "$report" ] && sed 's/^/  /' "$report" | cut -c1-200 | sort | uniq -c | head -n 12
 exit 0
