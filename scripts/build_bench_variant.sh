@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-name=${1:?usage: $0 NAME [--patch FILE] [--flags FLAGS] [--only REGEX]}
+name=${1:?usage: $0 NAME [--patch FILE] [--flags FLAGS] [--only REGEX] [--tests]}
 shift
 patch= flags= only='src/sm90/sparse_decode/instantiate' tests=0
 while [ $# -gt 0 ]; do
