@@ -8,27 +8,32 @@
 
 #include "common/cuda_check.h"
 #include "common/device_attributes.h"
+#include "scheduler/greedy_walk.h"
 
 namespace hmla::detail {
 namespace {
 
-// 512, not 1024: at 1024 threads (64 registers each) the walk below spilled 160 bytes to local
-// memory, each spill a load in its serial chain; at 512 it needs 52 registers.
+// 512 threads: the chains and the lifting levels are loops over the requests, and at 1024 the
+// warp walk (past kChainedPlanRequests) spilled its serial chain to local memory.
 constexpr int kPlanThreads = 512;
+// Up to this many requests the parts come from chains ranked by binary lifting (shared memory:
+// 4 bytes per request and lifting level, 8 levels for 132 parts: 128 KB at 4096); past it warp 0
+// walks the parts one after another (~0.2 us each on an H200).
+constexpr int kChainedPlanRequests = 4096;
 
 // The plan in one CTA. Every request costs its units plus a fixed cost per piece it is cut into;
 // parts are filled greedily in request order, each with the same budget (the greedy of
-// docs/DENSE_DECODE.md "Scheduler"). Written so that only the walk over the parts is serial:
-//   1. all threads: units of every request into shared memory, their sum -> the per-piece cost;
-//   2. all threads: the exclusive prefix sum C of (units + cost) in place;
-//   3. warp 0: the parts one after another, each finding where its budget ends by a 32-wide search
-//      forward in C (a part usually holds fewer than 32 requests, so one step). The walk touches
-//      shared memory only: a global load in it would cost its latency once per part (~0.3 us);
-//   4. one thread per part: the part's lengths read and its metadata and split count written;
-//   5. all threads: split requests numbered by a second scan.
-// Part p of the greedy covers the stretch [V, E) of the stream of costs, where V is where part p - 1
-// stopped and E = V + budget (less one piece cost when V is inside a request: that piece pays the
-// cost again); a stop inside a request's own fixed cost rounds down to the request's start.
+// docs/DENSE_DECODE.md "Work partition", src/scheduler/greedy_walk.h):
+//   1. all threads: units of every request into shared memory, one block scan: their exclusive
+//      prefix and sum -> the per-piece cost -> C, the prefix of units + cost, in place;
+//   2. up to kChainedPlanRequests requests: threads over requests compute each request's chain (the
+//      parts from its start up to one that stops at a later request's start), then log2(parts)
+//      rounds of binary lifting over the chains, then threads over parts find each part's chain by
+//      one descent and compute the part from it; no step is serial over the parts. Past it, warp 0
+//      walks the parts one after another, each finding where its budget ends by a 32-wide search
+//      forward in C;
+//   3. one thread per part: the part's lengths read and its metadata and split count written;
+//   4. all threads: split requests numbered by a second scan.
 // overhead <= 0: the cost is chosen from the tiles per part (kSplitOverheadUnits or
 // kSplitOverheadUnitsLongParts).
 __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWork work, int requests,
@@ -37,17 +42,17 @@ __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWo
                                                                         int32_t* __restrict__ req_num_splits,
                                                                         int32_t* __restrict__ req_split_base,
                                                                         int32_t* __restrict__ split_list) {
-  extern __shared__ long long cost_prefix[];  // [requests + 1], then PartMetadata[num_sm_parts]
+  // Dynamic shared memory: C [requests + 1], PartMetadata [num_sm_parts], and for the chained form
+  // the lifting levels [levels][requests + 1] (sized by launch_decode_scheduler).
+  extern __shared__ long long cost_prefix[];
   PartMetadata* walked = reinterpret_cast<PartMetadata*>(cost_prefix + requests + 1);
-  using Reduce = cub::BlockReduce<long long, kPlanThreads>;
+  uint32_t* lifting_levels_smem = reinterpret_cast<uint32_t*>(walked + num_sm_parts);
   using Scan = cub::BlockScan<long long, kPlanThreads>;
   using ScanInt = cub::BlockScan<int, kPlanThreads>;
   __shared__ union {
-    typename Reduce::TempStorage reduce;
     typename Scan::TempStorage scan;
     typename ScanInt::TempStorage scan_int;
   } temp;
-  __shared__ long long total_units;
 
   // Each thread owns a contiguous chunk of requests, so both scans are a local pass and one block scan.
   const int per_thread = (requests + kPlanThreads - 1) / kPlanThreads;
@@ -61,72 +66,61 @@ __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWo
     local_units += u;
     req_num_splits[r] = 1;
   }
-  const long long block_units = Reduce(temp.reduce).Sum(local_units);
-  if (threadIdx.x == 0) total_units = block_units;
-  __syncthreads();
+  long long units_before, total_units;
+  Scan(temp.scan).ExclusiveSum(local_units, units_before, total_units);
   if (overhead <= 0)
     overhead = total_units >= static_cast<long long>(kLongPartTiles) * num_sm_parts ? kSplitOverheadUnitsLongParts
                                                                                   : kSplitOverheadUnits;
-  long long local_cost = local_units + static_cast<long long>(r1 - r0) * overhead;
-  long long running;
-  Scan(temp.scan).ExclusiveSum(local_cost, running);
   for (int r = r0; r < r1; ++r) {
-    const long long cost = cost_prefix[r] + overhead;
-    cost_prefix[r] = running;
-    running += cost;
+    const long long units = cost_prefix[r];
+    cost_prefix[r] = units_before + static_cast<long long>(r) * overhead;
+    units_before += units;
   }
-  if (r1 == requests && r0 < r1) cost_prefix[requests] = running;
-  if (requests == 0 && threadIdx.x == 0) cost_prefix[0] = 0;
+  if (threadIdx.x == 0) cost_prefix[requests] = total_units + static_cast<long long>(requests) * overhead;
   __syncthreads();
 
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    const long long with_overhead = cost_prefix[requests];
-    const long long budget = (with_overhead + num_sm_parts - 1) / num_sm_parts + overhead;
-    auto units_of = [&](int r) { return static_cast<int>(cost_prefix[r + 1] - cost_prefix[r] - overhead); };
-    long long at = 0;  // where the previous part stopped, in the stream of costs
-    int req = 0;       // the request holding `at`: cost_prefix[req] <= at < cost_prefix[req + 1]
-    int mid_starts = 0;  // consecutive earlier parts that started inside `req`
-    for (int p = 0; p < num_sm_parts; ++p) {
+  const GreedyWalk walk{cost_prefix, requests, (cost_prefix[requests] + num_sm_parts - 1) / num_sm_parts + overhead,
+                        overhead};
+  if (requests <= kChainedPlanRequests) {
+    const int levels = lifting_levels(num_sm_parts);
+    const int row = requests + 1;
+    for (int r = threadIdx.x; r <= requests; r += kPlanThreads)
+      lifting_levels_smem[r] = r < requests ? walk.chain_from(r, num_sm_parts) : ChainLink::pack(requests, 0);
+    for (int l = 1; l < levels; ++l) {
+      __syncthreads();
+      const uint32_t* below = lifting_levels_smem + (l - 1) * row;
+      for (int r = threadIdx.x; r <= requests; r += kPlanThreads)
+        lifting_levels_smem[l * row + r] = ChainLink::then(below[r], below[ChainLink::next(below[r])]);
+    }
+    __syncthreads();
+    const ChainLifting lifting{lifting_levels_smem, requests, levels};
+    for (int p = threadIdx.x; p < num_sm_parts; p += kPlanThreads) {
+      int head, first;
+      lifting.chain_of_part(p, head, first);
       PartMetadata meta{};
       meta.begin_req = requests;
       meta.end_req = -1;
-      if (req < requests) {
-        const long long start = cost_prefix[req];
-        const bool mid = at > start;
-        const long long end = at + budget - (mid ? overhead : 0);
-        // The last request boundary at or before `end`: the prefix is strictly increasing, so the
-        // lanes that pass form a prefix of the warp.
-        int last = req;
-        for (;;) {
-          const int cand = last + 1 + lane;
-          const unsigned pass = __ballot_sync(0xffffffffu, cand <= requests && cost_prefix[cand] <= end);
-          const int count = __popc(pass);
-          last += count;
-          if (count < 32) break;
-        }
-        meta.begin_req = req;
-        meta.begin_unit = mid ? static_cast<int>(at - start - overhead) : 0;
-        mid_starts = mid ? mid_starts + 1 : 0;
-        meta.begin_split_idx = mid_starts;
-        if (last >= requests) {
-          meta.end_req = requests - 1;
-          meta.end_unit = units_of(requests - 1);
-          at = cost_prefix[requests];
-          req = requests;
-        } else if (end - cost_prefix[last] > overhead) {
-          meta.end_req = last;
-          meta.end_unit = static_cast<int>(end - cost_prefix[last] - overhead);
-          at = end;
-          req = last;
-        } else {
-          meta.end_req = last - 1;
-          meta.end_unit = units_of(last - 1);
-          at = cost_prefix[last];
-          req = last;
-        }
-        if (req != meta.begin_req) mid_starts = 0;
+      if (head < requests) meta = walk.chain_part(head, p - first, lifting_levels_smem[head]);
+      walked[p] = meta;
+    }
+  } else if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    // The last request boundary at or before `end`: the prefix is strictly increasing, so the lanes
+    // that pass form a prefix of the warp. The walk touches shared memory only: a global load in
+    // it would cost its latency once per part (~0.3 us).
+    auto warp_search = [&](long long end, int from) {
+      int last = from;
+      for (;;) {
+        const int cand = last + 1 + lane;
+        const unsigned pass = __ballot_sync(0xffffffffu, cand <= requests && cost_prefix[cand] <= end);
+        const int count = __popc(pass);
+        last += count;
+        if (count < 32) return last;
       }
+    };
+    GreedyWalk::State state = walk.start_of(0);
+    for (int p = 0; p < num_sm_parts; ++p) {
+      const PartMetadata meta = walk.step(state, warp_search);
       if (lane == 0) walked[p] = meta;
     }
   }
@@ -209,10 +203,13 @@ void launch_decode_scheduler(const DecodeWork& work, int requests, int num_sm_pa
   if (requests > kMaxPlanRequests)
     throw CudaError("hmla: a plan holds at most " + std::to_string(kMaxPlanRequests) + " requests, got " +
                     std::to_string(requests));
-  const int smem_bytes =
-      static_cast<int>(sizeof(long long) * (requests + 1) + sizeof(PartMetadata) * num_sm_parts);
-  if (smem_bytes > 48 * 1024)
-    set_max_dynamic_smem_once(reinterpret_cast<const void*>(decode_scheduler_kernel), smem_bytes);
+  if (num_sm_parts > 0xffff) throw CudaError("hmla: a plan holds at most 65535 parts, got " + std::to_string(num_sm_parts));
+  const bool chained = requests <= kChainedPlanRequests;
+  const int smem_bytes = static_cast<int>(sizeof(long long) * (requests + 1) + sizeof(PartMetadata) * num_sm_parts +
+                                          (chained ? sizeof(uint32_t) * lifting_levels(num_sm_parts) * (requests + 1) : 0));
+  // Raised once per device whatever the size: 48 KB is the limit of static and dynamic together
+  // (the block scans' static storage is 5.4 KB).
+  set_max_dynamic_smem_once(reinterpret_cast<const void*>(decode_scheduler_kernel), smem_bytes);
   auto* base = static_cast<char*>(workspace);
   decode_scheduler_kernel<<<1, kPlanThreads, smem_bytes, stream>>>(
       work, requests, num_sm_parts, split_overhead_units(), reinterpret_cast<PartMetadata*>(base + layout.part_metadata),

@@ -1,0 +1,236 @@
+// The greedy partition of the split-KV plan (docs/DENSE_DECODE.md "Work partition"), as host and
+// device code: one part at a time (GreedyWalk::step, the plan kernel's walk past
+// kChainedPlanRequests) and the form whose parts the plan kernel computes in parallel (chains from
+// request starts ranked by binary lifting; tests/cpu/test_greedy_walk.cpp checks that both give the
+// greedy's parts).
+//
+// The stream of costs: request r occupies [C[r], C[r + 1]) with C the exclusive prefix of
+// units + overhead; its fixed cost comes first, its units after. Part p covers [V, E) where V is
+// where part p - 1 stopped and E = V + budget (less one overhead when V is inside a request: that
+// piece pays the fixed cost again); a stop inside a request's fixed cost rounds down to the
+// request's start.
+//
+// Why chains: a part that starts at a request's start is a function of that request alone, and
+// after it every part starts inside a request and ends `stride` = budget - overhead further on, an
+// arithmetic progression, until one ends inside a later request's fixed cost (the greedy rounds it
+// down: the next part starts at that request's start) or the stream ends. So each request's chain
+// (its part count and the request the next chain starts at) costs one step per request its ends
+// fall in, not per part, and every chain is independent of the others. The chains reached from
+// request 0 are ranked by binary lifting (log2(parts) rounds over all requests) instead of a
+// serial pass over up to num_sm_parts heads.
+#pragma once
+
+#include <cstdint>
+
+#include "scheduler/decode_schedule.h"
+
+#if defined(__CUDACC__)
+#define HMLA_HD __host__ __device__ __forceinline__
+#else
+#define HMLA_HD inline
+#endif
+
+namespace hmla::detail {
+
+// A chain, or a chain of chains after lifting, packed in 32 bits for shared memory: the request its
+// successor starts at (requests: none) and its part count (saturating at 0xffff). Chained plans
+// hold at most 0xffff requests and parts.
+struct ChainLink {
+  HMLA_HD static uint32_t pack(int next, int parts) {
+    return (static_cast<uint32_t>(next) << 16) | static_cast<uint32_t>(parts < 0xffff ? parts : 0xffff);
+  }
+  HMLA_HD static int next(uint32_t link) { return static_cast<int>(link >> 16); }
+  HMLA_HD static int parts(uint32_t link) { return static_cast<int>(link & 0xffffu); }
+  // `first` followed by `second` (second = the link of first's successor).
+  HMLA_HD static uint32_t then(uint32_t first, uint32_t second) { return pack(next(second), parts(first) + parts(second)); }
+};
+
+// Levels of binary lifting a plan of `num_parts` parts needs: 2^levels > num_parts, so the at most
+// num_parts chains reached from request 0 are ranked by one descent.
+HMLA_HD int lifting_levels(int num_parts) {
+  int levels = 1;
+  while ((1 << levels) <= num_parts) ++levels;
+  return levels;
+}
+
+struct GreedyWalk {
+  const long long* prefix;  // [requests + 1]
+  int requests;
+  long long budget;
+  long long overhead;
+
+  // Where the walk stands between two parts: `at` in the stream of costs, the request holding it
+  // (requests: none left), and how many parts in a row have begun inside that request.
+  struct State {
+    long long at;
+    int req;
+    int mid_starts;
+  };
+
+  HMLA_HD long long stride() const { return budget - overhead; }
+  HMLA_HD State start_of(int r) const { return State{prefix[r], r, 0}; }
+
+  // The largest i in [from, requests] with prefix[i] <= end (prefix[from] <= end; prefix increases),
+  // galloping from `from`: a part's end is usually a few requests on.
+  HMLA_HD int last_start_at_or_before(long long end, int from) const {
+    int lo = from, step = 1;
+    while (lo + step <= requests && prefix[lo + step] <= end) {
+      lo += step;
+      step *= 2;
+    }
+    int hi = lo + step - 1 < requests ? lo + step - 1 : requests;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (prefix[mid] <= end) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  }
+
+  HMLA_HD int units_of(int r) const { return static_cast<int>(prefix[r + 1] - prefix[r] - overhead); }
+
+  // One part: its metadata (the lengths left to the caller), and the walk moved past it.
+  // `last_start(end, from)` is last_start_at_or_before (the plan kernel's serial walk passes a
+  // 32-wide search of its warp).
+  HMLA_HD PartMetadata step(State& s) const {
+    return step(s, [this](long long end, int from) { return last_start_at_or_before(end, from); });
+  }
+  template <typename LastStart>
+  HMLA_HD PartMetadata step(State& s, LastStart&& last_start) const {
+    PartMetadata meta{};
+    meta.begin_req = requests;
+    meta.end_req = -1;
+    if (s.req >= requests) return meta;
+    const long long start = prefix[s.req];
+    const bool mid = s.at > start;
+    const long long end = s.at + budget - (mid ? overhead : 0);
+    const int last = last_start(end, s.req);
+    meta.begin_req = s.req;
+    meta.begin_unit = mid ? static_cast<int>(s.at - start - overhead) : 0;
+    s.mid_starts = mid ? s.mid_starts + 1 : 0;
+    meta.begin_split_idx = s.mid_starts;
+    if (last >= requests) {
+      meta.end_req = requests - 1;
+      meta.end_unit = units_of(requests - 1);
+      s.at = prefix[requests];
+      s.req = requests;
+    } else if (end - prefix[last] > overhead) {
+      meta.end_req = last;
+      meta.end_unit = static_cast<int>(end - prefix[last] - overhead);
+      s.at = end;
+      s.req = last;
+    } else {
+      meta.end_req = last - 1;
+      meta.end_unit = units_of(last - 1);
+      s.at = prefix[last];
+      s.req = last;
+    }
+    if (s.req != meta.begin_req) s.mid_starts = 0;
+    return meta;
+  }
+
+  // ---- the chained form
+
+  // Where part k of the chain from request r's start ends (k >= 0), while the chain lasts.
+  HMLA_HD long long chain_end(int r, long long k) const { return prefix[r] + budget + k * stride(); }
+
+  // The chain that starts at request r's start: its link (the request the next chain starts at,
+  // requests when the stream ends in it, and its part count). A chain longer than `cap` parts (the
+  // plan's part count: from request 0 the greedy never needs more) is cut there, without successor.
+  HMLA_HD uint32_t chain_from(int r, int cap) const {
+    long long k = 0;
+    long long end = chain_end(r, 0);
+    int q = r;
+    for (;;) {
+      const int parts = k + 1 < cap ? static_cast<int>(k + 1) : cap;
+      if (end >= prefix[requests]) return ChainLink::pack(requests, parts);
+      q = last_start_at_or_before(end, q);
+      if (end - prefix[q] <= overhead) return ChainLink::pack(q, parts);
+      if (k + 1 >= cap) return ChainLink::pack(requests, cap);
+      // Inside q's units: the chain's parts end in q until the first end at or past q + 1's start.
+      const long long steps = (prefix[q + 1] - end + stride() - 1) / stride();
+      k += steps;
+      end += steps * stride();
+    }
+  }
+
+  // Where part j of the chain from request r starts: r's start for j = 0, else the end of part j - 1,
+  // inside a request (the chain goes on past it).
+  struct Boundary {
+    long long at;
+    int req;  // requests: past the end of the work
+    int mid;  // inside req's units (1) or at its start (0)
+  };
+  // `from`: a request at or before it.
+  HMLA_HD Boundary chain_part_start(int r, int j, int from) const {
+    if (j == 0) return Boundary{prefix[r], r, 0};
+    const long long at = chain_end(r, j - 1);
+    return Boundary{at, last_start_at_or_before(at, from), 1};
+  }
+  HMLA_HD Boundary end_of_work() const { return Boundary{prefix[requests], requests, 0}; }
+
+  // Part j of the chain from request `head`, whose link is `link`.
+  HMLA_HD PartMetadata chain_part(int head, int j, uint32_t link) const {
+    const Boundary begin = chain_part_start(head, j, head);
+    const int next = ChainLink::next(link);
+    const Boundary end = j + 1 < ChainLink::parts(link) ? chain_part_start(head, j + 1, begin.req)
+                         : next < requests               ? Boundary{prefix[next], next, 0}
+                                                         : end_of_work();
+    return part_between(begin, end, head, j);
+  }
+
+  // The part from `begin` to `end` (the next part's start) of the chain from request `head`.
+  HMLA_HD PartMetadata part_between(const Boundary& begin, const Boundary& end, int head, int j) const {
+    PartMetadata meta{};
+    meta.begin_req = requests;
+    meta.end_req = -1;
+    if (begin.req >= requests) return meta;
+    meta.begin_req = begin.req;
+    meta.begin_unit = begin.mid ? static_cast<int>(begin.at - prefix[begin.req] - overhead) : 0;
+    // Parts j0 .. j of the chain begin inside begin.req, j0 - 1 being the first whose end passes its start.
+    if (begin.mid) {
+      const long long first_end = chain_end(head, 0);
+      const long long j0 = first_end > prefix[begin.req] ? 1 : (prefix[begin.req] - first_end) / stride() + 2;
+      meta.begin_split_idx = static_cast<int>(j - j0 + 1);
+    }
+    if (end.req >= requests) {
+      meta.end_req = requests - 1;
+      meta.end_unit = units_of(requests - 1);
+    } else if (end.mid) {
+      meta.end_req = end.req;
+      meta.end_unit = static_cast<int>(end.at - prefix[end.req] - overhead);
+    } else {
+      meta.end_req = end.req - 1;
+      meta.end_unit = units_of(end.req - 1);
+    }
+    return meta;
+  }
+};
+
+// Binary lifting over the chains: levels[l * (requests + 1) + r] is the link of 2^l chains in a row
+// from request r's start (levels[.. + requests] the end: no successor, no parts).
+struct ChainLifting {
+  const uint32_t* levels;
+  int requests;
+  int num_levels;
+
+  HMLA_HD uint32_t at(int level, int r) const { return levels[level * (requests + 1) + r]; }
+
+  // The chain from request 0 that holds part p: its start request (requests: p is past the work)
+  // and its first part's index.
+  HMLA_HD void chain_of_part(int p, int& head, int& first) const {
+    head = 0;
+    first = 0;
+    for (int l = num_levels - 1; l >= 0; --l) {
+      const uint32_t link = at(l, head);
+      if (head < requests && first + ChainLink::parts(link) <= p) {
+        first += ChainLink::parts(link);
+        head = ChainLink::next(link);
+      }
+    }
+  }
+};
+
+}  // namespace hmla::detail
+
+#undef HMLA_HD
