@@ -5,7 +5,8 @@
 # DIR holds binaries built on the workstation (same nvcc) from main and from bench/variants/*.patch:
 #   bench_NAME           timed on HMLA_AB_ROWS (default: the sparse rows of the default sweep);
 #                        bench_main is the baseline ("cur" in the output);
-#   hmla_gpu_tests_NAME  run with the gtest filter HMLA_VARIANT_FILTER_NAME, else HMLA_VARIANT_FILTER
+#   hmla_gpu_tests_NAME  (or tests_NAME, the name scripts/build_bench_variant.sh --tests gives)
+#                        run with the gtest filter HMLA_VARIANT_FILTER_NAME, else HMLA_VARIANT_FILTER
 #                        (default: the sparse decode suite), each under HMLA_VARIANT_TEST_TIMEOUT s;
 #                        HMLA_VARIANT_SANITIZE_NAME, when set, is a filter run under memcheck and racecheck.
 # Logs go to $OUT as one archive; one verdict line per test binary is printed.
@@ -28,9 +29,9 @@ if [ -x "$dir/bench_main" ]; then
   cut -c1-170 "$OUT/ab.log"
 fi
 
-for t in "$dir"/hmla_gpu_tests_*; do
+for t in "$dir"/hmla_gpu_tests_* "$dir"/tests_*; do
   [ -x "$t" ] || continue
-  name=${t##*/hmla_gpu_tests_}
+  name=${t##*/}; name=${name#hmla_gpu_}; name=${name#tests_}
   filter_var=HMLA_VARIANT_FILTER_$name
   filter=${!filter_var:-${HMLA_VARIANT_FILTER:-*SparseDecode*:*Fp8Dequant*}}
   start=$(date +%s)
