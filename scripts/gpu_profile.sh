@@ -82,6 +82,10 @@ family=${HMLA_PROFILE_FAMILY:-dense-decode}
 kernel=${family//-/_}_kernel
 # h_q <= 32 runs the narrow form of the sparse decode kernel.
 [ "$family" = sparse-decode ] && kernel="sparse_decode_(narrow_)?kernel"
+# HMLA_PROFILE_KERNEL: another kernel of the row's call, e.g. decode_scheduler_kernel (the plan; the
+# bench times plans back to back, so add HMLA_PROFILE_NCU_FLAGS="--cache-control none" to keep its code
+# and data warm as they are between an engine's plans).
+kernel=${HMLA_PROFILE_KERNEL:-$kernel}
 if [ ${#row[@]} -eq 0 ]; then
   case "$family" in
     sparse-decode) row=(--layout v32 --b 128 --s-q 1 --h-q 64 --topk 2048) ;;
@@ -90,7 +94,8 @@ if [ ${#row[@]} -eq 0 ]; then
   esac
 fi
 report="$OUT/profile"
-timeout "${HMLA_PROFILE_TIMEOUT:-300}" ncu --clock-control none --kernel-name regex:"$kernel" --launch-skip 3 --launch-count 1 \
+# shellcheck disable=SC2086
+timeout "${HMLA_PROFILE_TIMEOUT:-300}" ncu --clock-control none ${HMLA_PROFILE_NCU_FLAGS:-} --kernel-name regex:"$kernel" --launch-skip 3 --launch-count 1 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
   --section Occupancy --section SourceCounters \
   -f -o "$report" "$bench" "$family" "${row[@]}" --no-ceilings --no-backlog \
