@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWo
   const GreedyWalk walk{cost_prefix, requests, (cost_prefix[requests] + num_sm_parts - 1) / num_sm_parts + overhead,
                         overhead};
   if (requests <= kChainedPlanRequests) {
-    const int levels = lifting_levels(num_sm_parts);
+    const int levels = lifting_levels(requests, num_sm_parts);
     const int row = requests + 1;
     for (int r = threadIdx.x; r <= requests; r += kPlanThreads)
       lifting_levels_smem[r] = r < requests ? walk.chain_from(r, num_sm_parts) : ChainLink::pack(requests, 0);
@@ -206,7 +206,7 @@ void launch_decode_scheduler(const DecodeWork& work, int requests, int num_sm_pa
   if (num_sm_parts > 0xffff) throw CudaError("hmla: a plan holds at most 65535 parts, got " + std::to_string(num_sm_parts));
   const bool chained = requests <= kChainedPlanRequests;
   const int smem_bytes = static_cast<int>(sizeof(long long) * (requests + 1) + sizeof(PartMetadata) * num_sm_parts +
-                                          (chained ? sizeof(uint32_t) * lifting_levels(num_sm_parts) * (requests + 1) : 0));
+                                          (chained ? sizeof(uint32_t) * lifting_levels(requests, num_sm_parts) * (requests + 1) : 0));
   // Raised once per device whatever the size: 48 KB is the limit of static and dynamic together
   // (the block scans' static storage is 5.4 KB).
   set_max_dynamic_smem_once(reinterpret_cast<const void*>(decode_scheduler_kernel), smem_bytes);

@@ -45,11 +45,13 @@ struct ChainLink {
   HMLA_HD static uint32_t then(uint32_t first, uint32_t second) { return pack(next(second), parts(first) + parts(second)); }
 };
 
-// Levels of binary lifting a plan of `num_parts` parts needs: 2^levels > num_parts, so the at most
-// num_parts chains reached from request 0 are ranked by one descent.
-HMLA_HD int lifting_levels(int num_parts) {
+// Levels of binary lifting a plan needs: the chains reached from request 0 start at distinct requests
+// and hold at least one part each, so a descent makes at most min(requests, parts) jumps, and
+// 2^levels must exceed that (one level for one request, eight for 132 parts).
+HMLA_HD int lifting_levels(int requests, int num_parts) {
+  const int jumps = requests < num_parts ? requests : num_parts;
   int levels = 1;
-  while ((1 << levels) <= num_parts) ++levels;
+  while ((1 << levels) <= jumps) ++levels;
   return levels;
 }
 

@@ -99,7 +99,7 @@ std::vector<PartMetadata> walk_by_steps(const Batch& b, int parts) {
 // chain, the lifting levels, every part from the chain its descent finds.
 std::vector<PartMetadata> walk_by_chains(const Batch& b, int parts) {
   const GreedyWalk w = b.walk();
-  const int levels = hmla::detail::lifting_levels(parts);
+  const int levels = hmla::detail::lifting_levels(b.requests, parts);
   const int row = b.requests + 1;
   std::vector<uint32_t> lift(static_cast<size_t>(levels) * row);
   for (int r = 0; r <= b.requests; ++r) lift[r] = r < b.requests ? w.chain_from(r, parts) : ChainLink::pack(b.requests, 0);
