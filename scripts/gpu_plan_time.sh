@@ -19,8 +19,11 @@ echo "bench | row | attention us | plan_us"
 for row in "${rows[@]}"; do
   for b in "$@"; do
     # shellcheck disable=SC2086
-    line=$(timeout 60 "$b" sparse-decode --layout v32 --s-q 1 $row --no-ceilings --iters 30 2>&1 | grep -E '^ *fp8|rror' | head -n 1)
+    out=$(timeout 60 "$b" sparse-decode --layout v32 --s-q 1 $row --no-ceilings --iters 30 2>&1)
+    line=$(echo "$out" | grep -E '^ *fp8|rror' | head -n 1)
     echo "$(basename "$b") | $row | $(echo "$line" | awk -F'|' '{print $2 "|" $3}')"
+    # a build with bench/variants/plan_phase_clocks.patch prints its phases
+    echo "$out" | grep -E '^plan clocks' | head -n 2 | sed 's/^/    /'
   done
 done
 for b in "$@"; do
