@@ -27,8 +27,8 @@ constexpr int kChainedPlanRequests = 4096;
 //   1. all threads: units of every request into shared memory, one block scan: their exclusive
 //      prefix and sum -> the per-piece cost -> C, the prefix of units + cost, in place;
 //   2. up to kChainedPlanRequests requests: threads over requests compute each request's chain (the
-//      parts from its start up to one that stops at a later request's start), then log2(parts)
-//      rounds of binary lifting over the chains, then threads over parts find each part's chain by
+//      parts from its start up to one that stops at a later request's start), then
+//      log2(min(requests, parts)) rounds of binary lifting over the chains, then threads over parts find each part's chain by
 //      one descent and compute the part from it; no step is serial over the parts. Past it, warp 0
 //      walks the parts one after another, each finding where its budget ends by a 32-wide search
 //      forward in C;

@@ -16,8 +16,8 @@
 // down: the next part starts at that request's start) or the stream ends. So each request's chain
 // (its part count and the request the next chain starts at) costs one step per request its ends
 // fall in, not per part, and every chain is independent of the others. The chains reached from
-// request 0 are ranked by binary lifting (log2(parts) rounds over all requests) instead of a
-// serial pass over up to num_sm_parts heads.
+// request 0 are ranked by binary lifting (log2(min(requests, parts)) rounds over all requests)
+// instead of a serial pass over up to num_sm_parts heads.
 #pragma once
 
 #include <cstdint>
