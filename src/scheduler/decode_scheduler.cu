@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "common/cuda_check.h"
