@@ -27,8 +27,9 @@ constexpr int kChainedPlanRequests = 4096;
 //      prefix and sum -> the per-piece cost -> C, the prefix of units + cost, in place;
 //   2. up to kChainedPlanRequests requests: threads over requests compute each request's chain (the
 //      parts from its start up to one that stops at a later request's start), then
-//      log2(min(requests, parts)) rounds of binary lifting over the chains, then threads over parts find each part's chain by
-//      one descent and compute the part from it; no step is serial over the parts. Past it, warp 0
+//      log2(min(requests, parts)) rounds of binary lifting over the chains, then threads over parts
+//      find each part's chain by one descent and compute the part from it; no step is serial over
+//      the parts. Past it, warp 0
 //      walks the parts one after another, each finding where its budget ends by a 32-wide search
 //      forward in C;
 //   3. one thread per part: the part's lengths read and its metadata and split count written;
@@ -202,10 +203,13 @@ void launch_decode_scheduler(const DecodeWork& work, int requests, int num_sm_pa
   if (requests > kMaxPlanRequests)
     throw CudaError("hmla: a plan holds at most " + std::to_string(kMaxPlanRequests) + " requests, got " +
                     std::to_string(requests));
-  if (num_sm_parts > 0xffff) throw CudaError("hmla: a plan holds at most 65535 parts, got " + std::to_string(num_sm_parts));
-  const bool chained = requests <= kChainedPlanRequests;
+  if (num_sm_parts > 0xffff)
+    throw CudaError("hmla: a plan holds at most 65535 parts, got " + std::to_string(num_sm_parts));
+  const size_t lifting_bytes = requests <= kChainedPlanRequests
+                                   ? sizeof(uint32_t) * lifting_levels(requests, num_sm_parts) * (requests + 1)
+                                   : 0;
   const int smem_bytes = static_cast<int>(sizeof(long long) * (requests + 1) + sizeof(PartMetadata) * num_sm_parts +
-                                          (chained ? sizeof(uint32_t) * lifting_levels(requests, num_sm_parts) * (requests + 1) : 0));
+                                          lifting_bytes);
   // Raised once per device whatever the size: 48 KB is the limit of static and dynamic together
   // (the block scans' static storage is 5.4 KB).
   set_max_dynamic_smem_once(reinterpret_cast<const void*>(decode_scheduler_kernel), smem_bytes);

@@ -91,6 +91,35 @@ struct GreedyWalk {
 
   HMLA_HD int units_of(int r) const { return static_cast<int>(prefix[r + 1] - prefix[r] - overhead); }
 
+  // A part's first or last-plus-one position in the stream of costs.
+  struct Boundary {
+    long long at;
+    int req;  // requests: past the end of the work
+    int mid;  // inside req's units (1) or at its start (0)
+  };
+  HMLA_HD Boundary end_of_work() const { return Boundary{prefix[requests], requests, 0}; }
+
+  // The part from `begin` to `end` (the next part's start); begin_split_idx is left to the caller.
+  HMLA_HD PartMetadata range_between(const Boundary& begin, const Boundary& end) const {
+    PartMetadata meta{};
+    meta.begin_req = requests;
+    meta.end_req = -1;
+    if (begin.req >= requests) return meta;
+    meta.begin_req = begin.req;
+    meta.begin_unit = begin.mid ? static_cast<int>(begin.at - prefix[begin.req] - overhead) : 0;
+    if (end.req >= requests) {
+      meta.end_req = requests - 1;
+      meta.end_unit = units_of(requests - 1);
+    } else if (end.mid) {
+      meta.end_req = end.req;
+      meta.end_unit = static_cast<int>(end.at - prefix[end.req] - overhead);
+    } else {
+      meta.end_req = end.req - 1;
+      meta.end_unit = units_of(end.req - 1);
+    }
+    return meta;
+  }
+
   // One part: its metadata (the lengths left to the caller), and the walk moved past it.
   // `last_start(end, from)` is last_start_at_or_before (the plan kernel's serial walk passes a
   // 32-wide search of its warp).
@@ -99,35 +128,21 @@ struct GreedyWalk {
   }
   template <typename LastStart>
   HMLA_HD PartMetadata step(State& s, LastStart&& last_start) const {
-    PartMetadata meta{};
-    meta.begin_req = requests;
-    meta.end_req = -1;
-    if (s.req >= requests) return meta;
-    const long long start = prefix[s.req];
-    const bool mid = s.at > start;
+    if (s.req >= requests) return range_between(end_of_work(), end_of_work());
+    const bool mid = s.at > prefix[s.req];
+    const Boundary begin{s.at, s.req, mid ? 1 : 0};
     const long long end = s.at + budget - (mid ? overhead : 0);
     const int last = last_start(end, s.req);
-    meta.begin_req = s.req;
-    meta.begin_unit = mid ? static_cast<int>(s.at - start - overhead) : 0;
+    // The stop: the end of the work, inside request `last`, or rounded down to its start.
+    const Boundary stop = last >= requests                 ? end_of_work()
+                          : end - prefix[last] > overhead ? Boundary{end, last, 1}
+                                                          : Boundary{prefix[last], last, 0};
+    PartMetadata meta = range_between(begin, stop);
     s.mid_starts = mid ? s.mid_starts + 1 : 0;
     meta.begin_split_idx = s.mid_starts;
-    if (last >= requests) {
-      meta.end_req = requests - 1;
-      meta.end_unit = units_of(requests - 1);
-      s.at = prefix[requests];
-      s.req = requests;
-    } else if (end - prefix[last] > overhead) {
-      meta.end_req = last;
-      meta.end_unit = static_cast<int>(end - prefix[last] - overhead);
-      s.at = end;
-      s.req = last;
-    } else {
-      meta.end_req = last - 1;
-      meta.end_unit = units_of(last - 1);
-      s.at = prefix[last];
-      s.req = last;
-    }
-    if (s.req != meta.begin_req) s.mid_starts = 0;
+    if (stop.req != s.req) s.mid_starts = 0;
+    s.at = stop.at;
+    s.req = stop.req;
     return meta;
   }
 
@@ -157,19 +172,12 @@ struct GreedyWalk {
   }
 
   // Where part j of the chain from request r starts: r's start for j = 0, else the end of part j - 1,
-  // inside a request (the chain goes on past it).
-  struct Boundary {
-    long long at;
-    int req;  // requests: past the end of the work
-    int mid;  // inside req's units (1) or at its start (0)
-  };
-  // `from`: a request at or before it.
+  // inside a request (the chain goes on past it). `from`: a request at or before it.
   HMLA_HD Boundary chain_part_start(int r, int j, int from) const {
     if (j == 0) return Boundary{prefix[r], r, 0};
     const long long at = chain_end(r, j - 1);
     return Boundary{at, last_start_at_or_before(at, from), 1};
   }
-  HMLA_HD Boundary end_of_work() const { return Boundary{prefix[requests], requests, 0}; }
 
   // Part j of the chain from request `head`, whose link is `link`.
   HMLA_HD PartMetadata chain_part(int head, int j, uint32_t link) const {
@@ -181,29 +189,14 @@ struct GreedyWalk {
     return part_between(begin, end, head, j);
   }
 
-  // The part from `begin` to `end` (the next part's start) of the chain from request `head`.
+  // The part from `begin` to `end` of the chain from request `head`, of which it is part j: parts
+  // j0 .. j of the chain begin inside begin.req, j0 - 1 being the first whose end passes its start.
   HMLA_HD PartMetadata part_between(const Boundary& begin, const Boundary& end, int head, int j) const {
-    PartMetadata meta{};
-    meta.begin_req = requests;
-    meta.end_req = -1;
-    if (begin.req >= requests) return meta;
-    meta.begin_req = begin.req;
-    meta.begin_unit = begin.mid ? static_cast<int>(begin.at - prefix[begin.req] - overhead) : 0;
-    // Parts j0 .. j of the chain begin inside begin.req, j0 - 1 being the first whose end passes its start.
-    if (begin.mid) {
+    PartMetadata meta = range_between(begin, end);
+    if (begin.req < requests && begin.mid) {
       const long long first_end = chain_end(head, 0);
       const long long j0 = first_end > prefix[begin.req] ? 1 : (prefix[begin.req] - first_end) / stride() + 2;
       meta.begin_split_idx = static_cast<int>(j - j0 + 1);
-    }
-    if (end.req >= requests) {
-      meta.end_req = requests - 1;
-      meta.end_unit = units_of(requests - 1);
-    } else if (end.mid) {
-      meta.end_req = end.req;
-      meta.end_unit = static_cast<int>(end.at - prefix[end.req] - overhead);
-    } else {
-      meta.end_req = end.req - 1;
-      meta.end_unit = units_of(end.req - 1);
     }
     return meta;
   }
