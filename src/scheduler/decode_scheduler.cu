@@ -32,8 +32,8 @@ constexpr int kChainedPlanRequests = 4096;
 //      the parts. Past it, warp 0
 //      walks the parts one after another, each finding where its budget ends by a 32-wide search
 //      forward in C;
-//   3. one thread per part: the part's lengths read and its metadata and split count written;
-//   4. all threads: split requests numbered by a second scan.
+//   3. threads over parts: each part's lengths read and its metadata written; the split requests
+//      numbered by one scan over the parts (at most one closes per part).
 // overhead <= 0: the cost is chosen from the tiles per part (kSplitOverheadUnits or
 // kSplitOverheadUnitsLongParts).
 __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWork work, int requests,
@@ -48,13 +48,9 @@ __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWo
   PartMetadata* walked = reinterpret_cast<PartMetadata*>(cost_prefix + requests + 1);
   uint32_t* lifting_levels_smem = reinterpret_cast<uint32_t*>(walked + num_sm_parts);
   using Scan = cub::BlockScan<long long, kPlanThreads>;
-  using ScanInt = cub::BlockScan<int, kPlanThreads>;
-  __shared__ union {
-    typename Scan::TempStorage scan;
-    typename ScanInt::TempStorage scan_int;
-  } temp;
+  __shared__ typename Scan::TempStorage scan_storage;  // reused: barriers separate the two scans
 
-  // Each thread owns a contiguous chunk of requests, so both scans are a local pass and one block scan.
+  // Each thread owns a contiguous chunk of requests, so the units scan is a local pass and one block scan.
   const int per_thread = (requests + kPlanThreads - 1) / kPlanThreads;
   const int r0 = min(requests, static_cast<int>(threadIdx.x) * per_thread);
   const int r1 = min(requests, r0 + per_thread);
@@ -65,9 +61,10 @@ __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWo
     cost_prefix[r] = u;
     local_units += u;
     req_num_splits[r] = 1;
+    req_split_base[r] = -1;
   }
   long long units_before, total_units;
-  Scan(temp.scan).ExclusiveSum(local_units, units_before, total_units);
+  Scan(scan_storage).ExclusiveSum(local_units, units_before, total_units);
   if (overhead <= 0)
     overhead = total_units >= static_cast<long long>(kLongPartTiles) * num_sm_parts ? kSplitOverheadUnitsLongParts
                                                                                   : kSplitOverheadUnits;
@@ -126,42 +123,38 @@ __global__ void __launch_bounds__(kPlanThreads) decode_scheduler_kernel(DecodeWo
   }
   __syncthreads();
 
-  // A request cut n times is begun mid-way by n parts, numbered 1 .. n by begin_split_idx; the last
-  // part that begins in it knows its count.
-  for (int p = threadIdx.x; p < num_sm_parts; p += kPlanThreads) {
+  // Each part's metadata written; split requests numbered in request order from the parts that close
+  // them (pieces_closed_by): one scan over the parts, no pass over the requests (step 1 marked every
+  // request unsplit). Each thread owns a contiguous chunk of parts; the scan carries the slots in
+  // the high 32 bits and the split requests in the low.
+  const int parts_per_thread = (num_sm_parts + kPlanThreads - 1) / kPlanThreads;
+  const int p0 = min(num_sm_parts, static_cast<int>(threadIdx.x) * parts_per_thread);
+  const int p1 = min(num_sm_parts, p0 + parts_per_thread);
+  long long local_splits = 0;
+  for (int p = p0; p < p1; ++p) {
     PartMetadata meta = walked[p];
     if (meta.begin_req < requests) {
       meta.begin_seqlen = work.main_keys(meta.begin_req);
       meta.begin_extra_keys = work.extra_keys(meta.begin_req);
-      const bool last_in_request = p + 1 == num_sm_parts || walked[p + 1].begin_req != meta.begin_req;
-      if (meta.begin_split_idx > 0 && last_in_request) req_num_splits[meta.begin_req] = 1 + meta.begin_split_idx;
     }
     parts[p] = meta;
+    const int pieces = pieces_closed_by(walked, p, num_sm_parts, requests);
+    if (pieces > 0) local_splits += (static_cast<long long>(pieces) << 32) | 1;
   }
-  __syncthreads();
-
-  // Accumulator slots for split requests only, numbered in request order.
-  int local_slots = 0, local_split = 0;
-  for (int r = r0; r < r1; ++r) {
-    const int n = req_num_splits[r];
-    if (n > 1) { local_slots += n; ++local_split; }
+  long long splits_before, all_splits;
+  Scan(scan_storage).ExclusiveSum(local_splits, splits_before, all_splits);
+  int slot = static_cast<int>(splits_before >> 32), index = static_cast<int>(splits_before & 0xffffffff);
+  for (int p = p0; p < p1; ++p) {
+    const int pieces = pieces_closed_by(walked, p, num_sm_parts, requests);
+    if (pieces == 0) continue;
+    const int r = walked[p].begin_req;
+    req_num_splits[r] = pieces;
+    req_split_base[r] = slot;
+    split_list[1 + index] = r;
+    slot += pieces;
+    ++index;
   }
-  int slot, index;
-  ScanInt(temp.scan_int).ExclusiveSum(local_slots, slot);
-  __syncthreads();
-  ScanInt(temp.scan_int).ExclusiveSum(local_split, index);
-  for (int r = r0; r < r1; ++r) {
-    const int n = req_num_splits[r];
-    if (n > 1) {
-      req_split_base[r] = slot;
-      slot += n;
-      split_list[1 + index++] = r;
-    } else {
-      req_split_base[r] = -1;
-    }
-  }
-  if (r1 == requests && r0 < r1) split_list[0] = index;
-  if (requests == 0 && threadIdx.x == 0) split_list[0] = 0;
+  if (threadIdx.x == 0) split_list[0] = static_cast<int>(all_splits & 0xffffffff);
 }
 
 // HMLA_SPLIT_OVERHEAD_UNITS fixes the modelled cost of one more piece, in 64-token units (read once

@@ -226,6 +226,17 @@ struct ChainLifting {
   }
 };
 
+// Split requests are numbered from the parts: a request cut n times is begun mid-way by n parts,
+// numbered 1 .. n by begin_split_idx, and the last of them closes it. Returns the request's pieces
+// (1 + n) for the part that closes one, else 0. At most one request per part, so the split
+// requests' slots are one scan over the parts, whatever the batch.
+HMLA_HD int pieces_closed_by(const PartMetadata* parts, int p, int num_parts, int requests) {
+  const PartMetadata& m = parts[p];
+  if (m.begin_req >= requests || m.begin_split_idx == 0) return 0;
+  const bool last = p + 1 == num_parts || parts[p + 1].begin_req != m.begin_req;
+  return last ? 1 + m.begin_split_idx : 0;
+}
+
 }  // namespace hmla::detail
 
 #undef HMLA_HD

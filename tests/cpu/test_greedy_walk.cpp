@@ -122,6 +122,61 @@ std::vector<PartMetadata> walk_by_chains(const Batch& b, int parts) {
   return out;
 }
 
+// The split requests' numbering (req_num_splits, req_split_base, split_list), the plan kernel's
+// outputs besides the parts.
+struct SplitNumbering {
+  std::vector<int> num_splits, split_base, split_list;
+  bool operator==(const SplitNumbering& o) const {
+    return num_splits == o.num_splits && split_base == o.split_base && split_list == o.split_list;
+  }
+};
+
+// Written out from the definition: a pass over the requests, in order, after the last part that
+// begins mid-way in each split request recorded its piece count.
+SplitNumbering number_by_requests(const std::vector<PartMetadata>& parts, int requests) {
+  SplitNumbering n;
+  n.num_splits.assign(requests, 1);
+  const int num_parts = static_cast<int>(parts.size());
+  for (int p = 0; p < num_parts; ++p) {
+    const PartMetadata& m = parts[p];
+    const bool last = p + 1 == num_parts || parts[p + 1].begin_req != m.begin_req;
+    if (m.begin_req < requests && m.begin_split_idx > 0 && last) n.num_splits[m.begin_req] = 1 + m.begin_split_idx;
+  }
+  n.split_base.assign(requests, -1);
+  n.split_list.assign(1, 0);
+  int slot = 0;
+  for (int r = 0; r < requests; ++r)
+    if (n.num_splits[r] > 1) {
+      n.split_base[r] = slot;
+      slot += n.num_splits[r];
+      n.split_list.push_back(r);
+    }
+  n.split_list[0] = static_cast<int>(n.split_list.size()) - 1;
+  return n;
+}
+
+// As the plan kernel numbers them: every request unsplit, then the parts that close a request
+// (pieces_closed_by) numbered by a scan over the parts.
+SplitNumbering number_by_parts(const std::vector<PartMetadata>& parts, int requests) {
+  SplitNumbering n;
+  n.num_splits.assign(requests, 1);
+  n.split_base.assign(requests, -1);
+  n.split_list.assign(1, 0);
+  const int num_parts = static_cast<int>(parts.size());
+  int slot = 0;
+  for (int p = 0; p < num_parts; ++p) {
+    const int pieces = hmla::detail::pieces_closed_by(parts.data(), p, num_parts, requests);
+    if (pieces == 0) continue;
+    const int r = parts[p].begin_req;
+    n.num_splits[r] = pieces;
+    n.split_base[r] = slot;
+    slot += pieces;
+    n.split_list.push_back(r);
+  }
+  n.split_list[0] = static_cast<int>(n.split_list.size()) - 1;
+  return n;
+}
+
 std::string describe(const PartMetadata& m) {
   return "{" + std::to_string(m.begin_req) + ":" + std::to_string(m.begin_unit) + " .. " + std::to_string(m.end_req) +
          ":" + std::to_string(m.end_unit) + ", piece " + std::to_string(m.begin_split_idx) + "}";
@@ -135,6 +190,11 @@ void expect_same_parts(const std::vector<int>& units, int overhead, int parts, c
   while (last > 0 && want[last].begin_req >= b.requests) --last;
   ASSERT_TRUE(want[last].end_req == b.requests - 1 && want[last].end_unit == units.back())
       << what << ": the greedy leaves work after its " << parts << " parts";
+  const SplitNumbering by_parts = number_by_parts(want, b.requests);
+  ASSERT_TRUE(by_parts == number_by_requests(want, b.requests)) << what << ": split numbering from the parts";
+  int slots = 0;
+  for (int r = 0; r < b.requests; ++r) slots += by_parts.num_splits[r] > 1 ? by_parts.num_splits[r] : 0;
+  ASSERT_LE(slots, 2 * parts) << what << ": partial slots past the workspace's 2 per part";
   for (const auto& [form, got] : {std::pair<const char*, std::vector<PartMetadata>>{"chains", walk_by_chains(b, parts)},
                                    {"steps", walk_by_steps(b, parts)}}) {
     for (int p = 0; p < parts; ++p) {

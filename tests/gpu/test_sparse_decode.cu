@@ -19,10 +19,11 @@
 //      1, 53, 64, 256, 576, padded strides with odd pages, lengths 0/1/topk/random, topk 1,
 //      softmax scales default / 0.02 / 0.05 (V3.2) and 2.5 (V4, sharp), plans for 1, 3 and 8 SMs,
 //      a 64 MB larger workspace, the DeepSeek V3.2 / V4 shapes at batch 128.
-//  * SparseSanitizerSubset/SparseDecodeSanitizer [*SparseDecodeSanitizer*]: 12 small cases (split-K
+//  * SparseSanitizerSubset/SparseDecodeSanitizer [*SparseDecodeSanitizer*]: 14 small cases (split-K
 //      on 1 and 3 SMs, extra caches of pages 2 and 64, all-invalid and all-invalid rows,
-//      out-of-range indices, mixed lengths with duplicates, strides with page 53, topk 1), every
-//      row compared.
+//      out-of-range indices, mixed lengths with duplicates, strides with page 53, topk 1, h_q 128
+//      with mixed lengths and an extra cache on 3 SMs, h_q 128 with a single tile), every row
+//      compared.
 //  * SparseDecodeDeterminism: two runs (fresh plan, 0xff workspace each) give bitwise identical
 //      out and lse: split-K at topk 32768, 3 SMs with an extra cache, batch 128.
 //  * SparseDecodeNaN: a NaN in one byte of an attended token (an e4m3 code, a scale, a RoPE value;
