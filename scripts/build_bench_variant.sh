@@ -37,15 +37,18 @@ if [ -n "$patch" ]; then
   (cd "$work" && git apply --include='include/*' --include='src/*' "$patch")
   src_root=$work
 fi
-cp build/libhmla.a "$work/libhmla.a"
 report=$root/.deps/variants/$name.ptxas.txt
 mkdir -p "$root/.deps/variants"
 : > "$report"
 mapfile -t commands < <(ninja -C build -t commands hmla-bench | grep -E -- " -c $root/[^ ]*($only)[^ ]*\.cu( |$)" || true)
 [ ${#commands[@]} -gt 0 ] || { echo "no library translation unit matches '$only'" >&2; exit 1; }
+# The library is re-archived from ninja's own archive line with the recompiled objects in place of
+# theirs (replacing members by name would hit the first of two same-named objects, e.g. the
+# dense and sparse decode launch.cu.o).
+archive=" $(ninja -C build -t commands hmla | grep -E -- 'ar qc libhmla\.a ' | tail -n 1 | sed 's/.*ar qc libhmla\.a //; s/ &&.*//') "
 for cmd in "${commands[@]}"; do
   obj=$(grep -o -- ' -o [^ ]*' <<< "$cmd" | head -n 1 | cut -c5-)
-  member=$(basename "$obj")
+  member=$(echo "$obj" | tr '/' '_')
   # Sources and headers from the patched copy (the tree's own paths otherwise), the object beside
   # the library copy, the extra flags and ptxas's report last.
   cmd=${cmd//-I$root\/include/-I$src_root\/include}
@@ -54,8 +57,9 @@ for cmd in "${commands[@]}"; do
   cmd=${cmd// -o $obj/ -o $work\/$member}
   (cd build && eval "$cmd $flags -Xptxas -v") 2>&1 | grep -E "spill|C75|error" | grep -v " 0 bytes spill" >> "$report" || true
   [ -f "$work/$member" ] || { echo "compile failed: $member (errors in $report)" >&2; exit 1; }
-  (cd "$work" && ar r libhmla.a "$member")
+  archive=${archive/ $obj / $work\/$member }
 done
+(cd build && rm -f "$work/libhmla.a" && eval "ar qc $work/libhmla.a $archive" && ranlib "$work/libhmla.a")
 # A target's link line from ninja, against the library copy, writing into the work folder.
 relink() {
   local target=$1 out=$2 link
