@@ -1,7 +1,8 @@
 // hmla-host-overhead: host time of one call of the C++ run entry points, beside the floor the CUDA
 // runtime sets on the same machine (one and two launches of an empty kernel with a parameter block
-// of the attention kernel's size) and the pieces a run adds to its launches (validation, the
-// tensor-map encoding). Issue 27's target: dense_decode_run <= 6 us of host time.
+// of the attention kernel's size, and the same two kernels replayed as a graph whose nodes' parameters
+// are updated per call) and the pieces a run adds to its launches (validation, the tensor-map
+// encoding). Issue 27's target: dense_decode_run <= 6 us of host time.
 //
 // The problem is tiny (batch 1, s_q 1, h_q 16, 64 cached tokens) so that the measure is the host's.
 // Each repeat times `--calls` back-to-back calls with no synchronisation, after a sync: fewer calls
@@ -152,6 +153,23 @@ int main(int argc, char** argv) {
   CUtensorMap map;
   ParamBlock block{};
 
+  // A run's two kernels as an instantiated graph of two kernel nodes, replayed with the call's
+  // parameters (each node's updated, then one cudaGraphLaunch): a route to a run entry point that
+  // costs less than two launches, measured before it is built (docs/PYTHON.md "Measured overhead").
+  void* graph_args[] = {&block};
+  cudaKernelNodeParams node_params{};
+  node_params.func = reinterpret_cast<void*>(empty_kernel);
+  node_params.gridDim = dim3(1);
+  node_params.blockDim = dim3(32);
+  node_params.kernelParams = graph_args;
+  cudaGraph_t graph = nullptr;
+  cudaGraphNode_t first_node = nullptr, second_node = nullptr;
+  cudaGraphExec_t graph_exec = nullptr;
+  check(cudaGraphCreate(&graph, 0), "cudaGraphCreate");
+  check(cudaGraphAddKernelNode(&first_node, graph, nullptr, 0, &node_params), "cudaGraphAddKernelNode");
+  check(cudaGraphAddKernelNode(&second_node, graph, &first_node, 1, &node_params), "cudaGraphAddKernelNode");
+  check(cudaGraphInstantiate(&graph_exec, graph, 0), "cudaGraphInstantiate");
+
   std::vector<Measure> measures = {
       {"launch_empty_x1", "one launch of an empty kernel (576-byte parameters)",
        [&] { empty_kernel<<<1, 32, 0, stream>>>(block); }, {}},
@@ -185,6 +203,19 @@ int main(int argc, char** argv) {
          empty_kernel<<<1, 32, 0, stream>>>(block);
        },
        {}},
+      {"graph_empty_x2", "one cudaGraphLaunch of a graph of the two 576-byte kernels", [&] {
+         cudaGraphLaunch(graph_exec, stream);
+       },
+       {}},
+      {"graph_empty_x2_updated",
+       "the same graph with both nodes' parameters set first (cudaGraphExecKernelNodeSetParams x2): a run "
+       "entry point replaying its kernels",
+       [&] {
+         cudaGraphExecKernelNodeSetParams(graph_exec, first_node, &node_params);
+         cudaGraphExecKernelNodeSetParams(graph_exec, second_node, &node_params);
+         cudaGraphLaunch(graph_exec, stream);
+       },
+       {}},
       {"tensor_map_encode", "one cuTensorMapEncodeTiled (q's map of dense decode)",
        [&] {
          encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, const_cast<void*>(d.q), q_dims, q_strides, q_box, unit,
@@ -213,6 +244,8 @@ int main(int argc, char** argv) {
   }
   check(cudaStreamSynchronize(stream), "final sync");
   check(cudaGetLastError(), "kernels");
+  check(cudaGraphExecDestroy(graph_exec), "cudaGraphExecDestroy");
+  check(cudaGraphDestroy(graph), "cudaGraphDestroy");
 
   std::printf("hmla %s on %s: host time per call, median of %d repeats of %d calls (us)\n", hmla::version(),
               prop.name, repeats, calls);
