@@ -398,12 +398,12 @@ inline std::vector<SparseCase> sparse_sanitizer_cases() {
   v.push_back(c);
   // Two head tiles (h_q 128): mixed lengths of both lists (requests with no tile between others),
   // parts of odd tile counts on 3 SMs; a single tile in all.
-  c = with_extra(sparse_case("Pair_MODEL1_b3_sq2_hq128_topk130_extra64_sms3", m1, 3, 2, 128, 130), 64, 70,
+  c = with_extra(sparse_case("HeadTiles2_MODEL1_b3_sq2_hq128_topk130_extra64_sms3", m1, 3, 2, 128, 130), 64, 70,
                  LengthMode::kMixed);
   c.topk_length = LengthMode::kMixed;
   c.num_sms = 3;
   v.push_back(c);
-  v.push_back(sparse_case("Pair_V32_b1_sq1_hq128_topk64", v32, 1, 1, 128, 64));
+  v.push_back(sparse_case("HeadTiles2_V32_b1_sq1_hq128_topk64", v32, 1, 1, 128, 64));
   for (auto& x : v) x.ref_budget = -1;
   return v;
 }
