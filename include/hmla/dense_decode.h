@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "hmla/decode_schedule.h"
+#include "hmla/launch_replay.h"
 #include "hmla/params.h"
 
 namespace hmla {
@@ -38,6 +39,10 @@ DecodeSchedule dense_decode_schedule(int batch, int s_q, int h_q, int h_kv, void
 // Runs the attention for one layer. params.cache_seqlens must hold the lengths the plan saw.
 void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule,
                       cudaStream_t stream);
+// The same run with its two kernels replayed as the stream's graph in `replay` (hmla/launch_replay.h):
+// about half the host time of the launches, for eager callers; same results.
+void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream,
+                      LaunchReplay& replay);
 
 // Checks params alone (shapes, strides, pointers, dtype) and throws hmla::InvalidArgument on the
 // first problem; dense_decode_run calls it. Exposed so callers and tests can validate up front.

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "hmla/decode_schedule.h"
+#include "hmla/launch_replay.h"
 #include "hmla/params.h"
 
 namespace hmla {
@@ -41,6 +42,10 @@ DecodeSchedule sparse_decode_schedule(int batch, int s_q, int h_q, void* workspa
 // saw, and batch, s_q, h_q, topk, extra_topk and the extra cache's presence must be the plan's.
 void sparse_decode_run(const SparseDecodeParams& params, const DecodeSchedule& schedule,
                        cudaStream_t stream);
+// The same run with its two kernels replayed as the stream's graph in `replay` (hmla/launch_replay.h):
+// about half the host time of the launches, for eager callers; same results.
+void sparse_decode_run(const SparseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream,
+                      LaunchReplay& replay);
 
 // Checks params alone (layout, shapes, strides, pointers, alignment) and throws
 // hmla::InvalidArgument on the first problem; sparse_decode_run calls it.

@@ -45,6 +45,7 @@ __all__ = [
     "check_dense_decode_args",
     "check_sparse_decode_args",
     "cuda_device_count",
+    "set_launch_replay",
 ]
 
 
@@ -84,3 +85,18 @@ def check_sparse_decode_args(q, k_cache, indices, topk_length=None, attn_sink=No
 def cuda_device_count() -> int:
     """Number of CUDA devices the hmla extension sees (0 without a GPU or driver)."""
     return int(_C.cuda_device_count())
+
+
+def set_launch_replay(enabled: bool) -> bool:
+    """Turns on or off the replay of each decode run's two kernels as a CUDA graph of the calling
+    thread and stream (on by default; ``HMLA_LAUNCH_REPLAY=0`` in the environment starts it off).
+
+    An eager call is bound by host time, and a replay costs about half the host time of the two
+    launches; a run on a stream that is being captured launches into the capture either way, so
+    CUDA graphs and ``torch.compile`` are unaffected. The price is on the GPU: a replayed run does
+    not overlap the kernel before it (measured +0.5 to +1 us per run on the smallest decode, H100;
+    docs/PYTHON.md "Measured overhead"), so an eager caller whose GPU is the bottleneck may prefer it
+    off. Returns the previous setting.
+    """
+    return bool(_C._set_launch_replay(bool(enabled)))
+

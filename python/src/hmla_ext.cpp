@@ -13,7 +13,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -22,6 +24,7 @@
 
 #include "fast_call.h"
 #include "hmla/dense_decode.h"
+#include "hmla/launch_replay.h"
 #include "hmla/merge.h"
 #include "hmla/params.h"
 #include "hmla/reference.h"
@@ -50,6 +53,30 @@ using InArray = nb::ndarray<nb::ro>;  // read-only view: accepts read-only produ
 using OutArray = nb::ndarray<>;       // writable
 
 std::string where(const char* fn) { return std::string("hmla.") + fn; }
+
+// The decode runs replay their two kernels as the stream's graph (hmla/launch_replay.h): an eager
+// call is bound by host time, and a replay costs about half the two launches. One replay per
+// Python thread (it must not be shared between threads); a stream being captured (CUDA graphs,
+// torch.compile's cudagraph trees) gets the kernels launched into the capture as before.
+// HMLA_LAUNCH_REPLAY=0 in the environment turns it off; hmla._C._set_launch_replay switches it
+// (python/tests/bench_overhead.py measures both in one process).
+std::atomic<bool>& launch_replay_enabled() {
+  static std::atomic<bool> enabled{[] {
+    const char* v = std::getenv("HMLA_LAUNCH_REPLAY");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }()};
+  return enabled;
+}
+
+template <typename Params>
+void decode_run(void (*direct)(const Params&, const hmla::DecodeSchedule&, cudaStream_t),
+                void (*replayed)(const Params&, const hmla::DecodeSchedule&, cudaStream_t, hmla::LaunchReplay&),
+                const Params& p, const hmla::DecodeSchedule& schedule, uintptr_t stream) {
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (!launch_replay_enabled().load(std::memory_order_relaxed)) return direct(p, schedule, s);
+  thread_local hmla::LaunchReplay replay;
+  replayed(p, schedule, s, replay);
+}
 
 [[noreturn]] void raise_type(const char* fn, const char* arg, const std::string& msg) {
   throw nb::type_error((where(fn) + ": argument '" + arg + "' " + msg).c_str());
@@ -509,7 +536,9 @@ void dense_run(Arg q_obj, Arg k_obj, Arg bt_obj, Arg sl_obj, Arg out_obj, Arg ls
   set_outputs(p, out, lse);
 
   DeviceGuard guard(s.device);
-  translate(fn, [&] { hmla::dense_decode_run(p, sched.s, reinterpret_cast<cudaStream_t>(stream)); });
+  translate(fn, [&] {
+    decode_run<hmla::DenseDecodeParams>(hmla::dense_decode_run, hmla::dense_decode_run, p, sched.s, stream);
+  });
 }
 
 // The argument checks alone, for tests and for callers that want to validate up front. With
@@ -873,7 +902,9 @@ void sparse_run(Arg q_obj, Arg k_obj, Arg idx_obj, Arg topk_len_obj, Arg sink_ob
   set_outputs(p, out, lse);
 
   DeviceGuard guard(in.device);
-  translate_sparse(fn, [&] { hmla::sparse_decode_run(p, sched.s, reinterpret_cast<cudaStream_t>(stream)); });
+  translate_sparse(fn, [&] {
+    decode_run<hmla::SparseDecodeParams>(hmla::sparse_decode_run, hmla::sparse_decode_run, p, sched.s, stream);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1244,6 +1275,9 @@ NB_MODULE(_C, m) {
         nb::arg("workspace"), nb::arg("stream"), nb::arg("fn"));
   m.def("dense_decode_schedule", &schedule_of, nb::arg("workspace"), nb::arg("batch"), nb::arg("s_q"), nb::arg("h_q"),
         nb::arg("h_kv"), nb::arg("fn"));
+  m.def(
+      "_set_launch_replay", [](bool on) { return launch_replay_enabled().exchange(on); }, nb::arg("enabled"),
+      "Turns the decode runs' graph replay (hmla/launch_replay.h) on or off; returns the previous setting.");
   m.def("dense_decode_run", &dense_run<nb::handle>, nb::arg("q"), nb::arg("k_cache"), nb::arg("block_table"),
         nb::arg("cache_seqlens"), nb::arg("out"), nb::arg("lse"), nb::arg("schedule"), nb::arg("softmax_scale"),
         nb::arg("causal"), nb::arg("stream"));

@@ -13,6 +13,9 @@ measures, per call:
                    DLPack capsules and preallocated outputs (checks + launches, no Python layer)
   *_dlpack         eager_wall_us, python_host_us and overhead_over_kernel_us with hmla._torch_fast
                    turned off (the DLPack path), when it is built ("torch_fast": whether it is)
+  *_direct_launches eager_wall_us, python_host_us, cxx_host_us and overhead_over_kernel_us with the
+                   runs' graph replay turned off (hmla.set_launch_replay(False)): each run's two
+                   kernels launched one by one, as before the replay
 
 and reports python_layer_us = python_host_us - cxx_host_us (what the Python layer adds to the C++
 call), overhead_over_kernel_us = eager_wall_us - graph_gpu_us (the time an eager call costs beyond
@@ -251,6 +254,20 @@ def main():
         for name, f in (("eager_wall_us_dlpack", dlpack_path(timed(call, True))),
                         ("python_host_us_dlpack", dlpack_path(timed(call, False)))):
             res[name] = statistics.median(f() for _ in range(args.repeats))
+    def direct_launches(measure):
+        def run():
+            previous = hmla.set_launch_replay(False)
+            try:
+                return measure()
+            finally:
+                hmla.set_launch_replay(previous)
+
+        return run
+
+    for name, f in (("eager_wall_us_direct_launches", direct_launches(timed(call, True))),
+                    ("python_host_us_direct_launches", direct_launches(timed(call, False))),
+                    ("cxx_host_us_direct_launches", direct_launches(cxx_host))):
+        res[name] = statistics.median(f() for _ in range(args.repeats))
     for name, f in (("graph_gpu_us", graph_gpu), ("eager_wall_us", timed(call, True)),
                     ("python_host_us", timed(call, False)), ("compiled_wall_us", timed(compiled_call, True)),
                     ("compiled_host_us", timed(compiled_call, False)), ("cxx_host_us", cxx_host)):
@@ -258,6 +275,7 @@ def main():
     res["python_layer_us"] = res["python_host_us"] - res["cxx_host_us"]
     res["overhead_over_kernel_us"] = res["eager_wall_us"] - res["graph_gpu_us"]
     res["compiled_overhead_over_kernel_us"] = res["compiled_wall_us"] - res["graph_gpu_us"]
+    res["overhead_over_kernel_us_direct_launches"] = res["eager_wall_us_direct_launches"] - res["graph_gpu_us"]
     if fast is not None:
         res["overhead_over_kernel_us_dlpack"] = res["eager_wall_us_dlpack"] - res["graph_gpu_us"]
     res["flashmla"] = flashmla_beside(q, k, bt, sl, timed, args.repeats)
@@ -269,7 +287,9 @@ def main():
     for key in ("graph_gpu_us", "eager_wall_us", "python_host_us", "compiled_wall_us", "compiled_host_us",
                 "cxx_host_us", "python_layer_us", "overhead_over_kernel_us", "compiled_overhead_over_kernel_us",
                 "eager_wall_us_dlpack", "python_host_us_dlpack", "overhead_over_kernel_us_dlpack",
-                "torch_fast_direct_host_us", "python_layer_only_host_us"):
+                "torch_fast_direct_host_us", "python_layer_only_host_us", "eager_wall_us_direct_launches",
+                "python_host_us_direct_launches", "cxx_host_us_direct_launches",
+                "overhead_over_kernel_us_direct_launches"):
         if key in res:
             print(f"{key:34s} {res[key]:8.2f}")
     print(f"torch_fast (hmla._torch_fast loaded): {res['torch_fast']}")

@@ -21,6 +21,19 @@ def test_import_and_extension():
     assert hmla.cuda_device_count() >= 0
 
 
+def test_set_launch_replay_switches_and_returns_the_previous_setting():
+    # On by default unless HMLA_LAUNCH_REPLAY=0; whatever it was is restored.
+    import os
+
+    first = hmla.set_launch_replay(False)
+    try:
+        assert first == (os.environ.get("HMLA_LAUNCH_REPLAY") != "0")
+        assert hmla.set_launch_replay(True) is False
+        assert hmla.set_launch_replay(True) is True
+    finally:
+        hmla.set_launch_replay(first)
+
+
 def test_signatures_match_flashmla():
     sig = inspect.signature(hmla.flash_mla_with_kvcache)
     assert list(sig.parameters) == [

@@ -64,3 +64,35 @@ def test_graph_reuses_planned_metadata(torch_cuda):
     torch.cuda.synchronize()
     ref_out, ref_lse = reference(torch, q, k, bt, sl, True)
     assert_close(torch, out, lse, ref_out, ref_lse, q.dtype)
+
+
+def test_eager_launch_replay_matches_direct_launches(torch_cuda):
+    """Eager runs replay their two kernels as the stream's graph (hmla/launch_replay.h, one replay per
+    thread); switched off, they launch one by one. Same bits either way, on the current stream and on
+    a side stream, and again after a capture on that stream (which takes the kernels directly)."""
+    torch = torch_cuda
+
+    q, k, bt, sl = make_case(torch, B, S_Q, H_Q, 1, [100, 1500, 7, 4000], capacity=CAPACITY, poison=False)
+    _warm_up(torch, q, k, bt, sl)
+    meta, _ = hmla.get_mla_metadata(sl, S_Q * H_Q, 1, num_heads_q=H_Q)
+    previous = hmla.set_launch_replay(False)
+    try:
+        direct = hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta, causal=True)
+        torch.cuda.synchronize()
+        hmla.set_launch_replay(True)
+        side = torch.cuda.Stream()
+        for stream in (torch.cuda.current_stream(), side, side):
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    out, lse = hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta, causal=True)
+            torch.cuda.synchronize()
+            assert torch.equal(out, direct[0]) and torch.equal(lse, direct[1])
+            if stream is side:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, stream=side):
+                    captured = hmla.flash_mla_with_kvcache(q, k, bt, sl, 512, meta, causal=True)
+                g.replay()
+                torch.cuda.synchronize()
+                assert torch.equal(captured[0], direct[0]) and torch.equal(captured[1], direct[1])
+    finally:
+        hmla.set_launch_replay(previous)

@@ -7,6 +7,7 @@
 #include "api/validate.h"
 #include "common/cuda_check.h"
 #include "common/device_attributes.h"
+#include "common/launch_replay.h"
 #include "hmla/dense_decode.h"
 #include "scheduler/decode_schedule.h"
 #include "scheduler/decode_scheduler.h"
@@ -65,7 +66,9 @@ DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_
   return s;
 }
 
-void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
+namespace {
+
+void launch_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
   validate(params);
   detail::check_schedule_matches("hmla::dense_decode_run", "hmla::dense_decode_plan", schedule, params.batch,
                                  params.s_q, params.h_q, params.h_kv);
@@ -73,6 +76,19 @@ void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& sch
     case DType::kBF16: sm90::dense_decode::launch_bf16(params, schedule, stream); break;
     case DType::kFP16: sm90::dense_decode::launch_fp16(params, schedule, stream); break;
   }
+}
+
+}  // namespace
+
+void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
+  launch_run(params, schedule, stream);
+}
+
+void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream,
+                      LaunchReplay& replay) {
+  detail::ReplayedRun run(replay, stream);
+  launch_run(params, schedule, stream);
+  run.submit();
 }
 
 }  // namespace hmla

@@ -6,6 +6,7 @@
 
 #include "api/validate.h"
 #include "common/device_attributes.h"
+#include "common/launch_replay.h"
 #include "hmla/sparse_decode.h"
 #include "scheduler/decode_schedule.h"
 #include "scheduler/decode_scheduler.h"
@@ -83,6 +84,13 @@ void sparse_decode_run(const SparseDecodeParams& params, const DecodeSchedule& s
   detail::check_schedule_matches("hmla::sparse_decode_run", "hmla::sparse_decode_plan", schedule, params.batch,
                                  params.s_q, params.h_q, 1);
   sm90::sparse_decode::launch(params, schedule, stream);
+}
+
+void sparse_decode_run(const SparseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream,
+                       LaunchReplay& replay) {
+  detail::ReplayedRun run(replay, stream);
+  sparse_decode_run(params, schedule, stream);
+  run.submit();
 }
 
 }  // namespace hmla

@@ -44,11 +44,15 @@ const DriverEntries& driver_entries() {
 
 }  // namespace
 
-CUfunction driver_kernel_handle(const void* kernel) {
+CUcontext current_context() {
   const DriverEntries& driver = driver_entries();
-  if (driver.launch == nullptr) return nullptr;
   CUcontext context = nullptr;
-  if (driver.current_context(&context) != CUDA_SUCCESS || context == nullptr) return nullptr;
+  if (driver.current_context == nullptr || driver.current_context(&context) != CUDA_SUCCESS) return nullptr;
+  return context;
+}
+
+CUfunction driver_kernel_handle(const void* kernel) {
+  if (driver_entries().launch == nullptr || current_context() == nullptr) return nullptr;
   // One slot per kernel (hmla has a handful): on the hot path a short scan of atomics, no lock.
   struct Slot {
     std::atomic<const void*> kernel{nullptr};
@@ -98,6 +102,28 @@ void driver_launch_after_prerequisites(CUfunction function, dim3 grid, dim3 bloc
     if (driver.error_name == nullptr || driver.error_name(status, &name) != CUDA_SUCCESS || name == nullptr)
       throw CudaError("hmla: cuLaunchKernelEx failed: CUresult " + std::to_string(static_cast<int>(status)));
     throw CudaError(std::string("hmla: cuLaunchKernelEx failed: ") + name);
+  }
+}
+
+namespace {
+thread_local RecordedLaunches* recording = nullptr;
+}  // namespace
+
+RecordedLaunches* recording_launches() { return recording; }
+
+RecordedLaunches* set_recording_launches(RecordedLaunches* launches) {
+  RecordedLaunches* previous = recording;
+  recording = launches;
+  return previous;
+}
+
+void RecordedLaunches::launch_held_directly() {
+  const int held = count_;
+  forget();
+  for (int i = 0; i < held; ++i) {
+    const Launch& l = launches_[i];
+    driver_launch_after_prerequisites(l.function, l.grid, l.block, l.smem_bytes, stream_,
+                                      const_cast<void**>(l.params));
   }
 }
 

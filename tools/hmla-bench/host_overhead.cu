@@ -10,6 +10,8 @@
 // calls of a ~9 us GPU step a ~6 us host loop would fill the queue and time the GPU instead).
 // Medians of `--repeats`; the measures are interleaved repeat by repeat, so a change in the host's
 // speed during the run moves all of them alike.
+// Then the GPU time of the same runs queued back to back, launched directly and replayed as a graph
+// (hmla/launch_replay.h), so that the host time a replay saves is seen beside what it costs on the GPU.
 // Usage: hmla-host-overhead [--calls N] [--repeats R] [--json PATH]
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -48,6 +50,17 @@ __global__ void empty_kernel(const __grid_constant__ ParamBlock p) {
 }
 __global__ void empty_kernel_small(int x) {
   if (x == 1 && threadIdx.x == 1000) asm volatile("trap;");
+}
+
+__device__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__global__ void spin_kernel(unsigned long long ns) {
+  const unsigned long long start = global_ns();
+  while (global_ns() - start < ns) {
+  }
 }
 
 template <class T>
@@ -170,6 +183,7 @@ int main(int argc, char** argv) {
   check(cudaGraphAddKernelNode(&second_node, graph, &first_node, 1, &node_params), "cudaGraphAddKernelNode");
   check(cudaGraphInstantiate(&graph_exec, graph, 0), "cudaGraphInstantiate");
 
+  hmla::LaunchReplay replay;
   std::vector<Measure> measures = {
       {"launch_empty_x1", "one launch of an empty kernel (576-byte parameters)",
        [&] { empty_kernel<<<1, 32, 0, stream>>>(block); }, {}},
@@ -226,9 +240,13 @@ int main(int argc, char** argv) {
       {"validate_dense", "hmla::validate(DenseDecodeParams)", [&] { hmla::validate(d); }, {}},
       {"dense_decode_run", "hmla::dense_decode_run (validation, two tensor maps, attention + combine launches)",
        [&] { hmla::dense_decode_run(d, dense_schedule, stream); }, {}},
+      {"dense_decode_run_replayed", "hmla::dense_decode_run with a LaunchReplay (the two kernels replayed as a graph)",
+       [&] { hmla::dense_decode_run(d, dense_schedule, stream, replay); }, {}},
       {"validate_sparse", "hmla::validate(SparseDecodeParams)", [&] { hmla::validate(s); }, {}},
       {"sparse_decode_run", "hmla::sparse_decode_run (V3.2; validation, a tensor map, attention + combine)",
        [&] { hmla::sparse_decode_run(s, sparse_schedule, stream); }, {}},
+      {"sparse_decode_run_replayed", "hmla::sparse_decode_run with a LaunchReplay",
+       [&] { hmla::sparse_decode_run(s, sparse_schedule, stream, replay); }, {}},
   };
   for (Measure& m : measures)  // warm-up: first-call setup (function attributes, lazy loading)
     for (int i = 0; i < 8; ++i) m.call();
@@ -244,6 +262,44 @@ int main(int argc, char** argv) {
   }
   check(cudaStreamSynchronize(stream), "final sync");
   check(cudaGetLastError(), "kernels");
+
+  // GPU time per run with no host gaps: the calls are queued behind a kernel that spins for 3 ms
+  // (longer than the host takes to queue them), and timed from its end to the last run's end. A
+  // replayed run's attention kernel cannot start its prologue under the previous run's combine, as
+  // a directly launched one can: this prices that on the smallest run, where it weighs most.
+  std::vector<Measure> gpu_measures = {
+      {"gpu_dense_decode_run", "GPU time of one dense_decode_run, back to back",
+       [&] { hmla::dense_decode_run(d, dense_schedule, stream); }, {}},
+      {"gpu_dense_decode_run_replayed", "the same with a LaunchReplay",
+       [&] { hmla::dense_decode_run(d, dense_schedule, stream, replay); }, {}},
+      {"gpu_sparse_decode_run", "GPU time of one sparse_decode_run (V3.2), back to back",
+       [&] { hmla::sparse_decode_run(s, sparse_schedule, stream); }, {}},
+      {"gpu_sparse_decode_run_replayed", "the same with a LaunchReplay",
+       [&] { hmla::sparse_decode_run(s, sparse_schedule, stream, replay); }, {}},
+  };
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  for (int r = 0; r < repeats; ++r) {
+    for (Measure& m : gpu_measures) {
+      check(cudaStreamSynchronize(stream), "sync");
+      spin_kernel<<<1, 1, 0, stream>>>(3000000ull);
+      check(cudaEventRecord(start, stream), "cudaEventRecord");
+      for (int i = 0; i < calls; ++i) m.call();
+      check(cudaEventRecord(stop, stream), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+      float ms = 0.f;
+      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      m.us.push_back(1000.0 * ms / calls);
+    }
+  }
+  check(cudaGetLastError(), "kernels");
+  const hmla::LaunchReplay::Stats replay_stats = replay.stats();
+  if (replay_stats.launched_directly != 0 || replay_stats.graphs_built != 1)
+    std::printf("note: the LaunchReplay launched %llu runs directly and built %llu graphs (expected 0 and 1)\n",
+                replay_stats.launched_directly, replay_stats.graphs_built);
+  check(cudaEventDestroy(start), "cudaEventDestroy");
+  check(cudaEventDestroy(stop), "cudaEventDestroy");
   check(cudaGraphExecDestroy(graph_exec), "cudaGraphExecDestroy");
   check(cudaGraphDestroy(graph), "cudaGraphDestroy");
 
@@ -252,15 +308,21 @@ int main(int argc, char** argv) {
   std::string doc = "{\n  \"hmla\": \"" + std::string(hmla::version()) + "\",\n  \"gpu\": \"" + prop.name +
                     "\",\n  \"calls\": " + std::to_string(calls) + ",\n  \"repeats\": " + std::to_string(repeats) +
                     ",\n  \"host_us\": {";
-  for (size_t i = 0; i < measures.size(); ++i) {
-    const Measure& m = measures[i];
-    const double med = median(m.us);
-    const auto [lo, hi] = std::minmax_element(m.us.begin(), m.us.end());
-    std::printf("  %-20s %7.2f  (min %.2f, max %.2f)  %s\n", m.name.c_str(), med, *lo, *hi, m.what.c_str());
-    char cell[96];
-    std::snprintf(cell, sizeof(cell), "%s\n    \"%s\": %.3f", i ? "," : "", m.name.c_str(), med);
-    doc += cell;
-  }
+  const auto print = [&](const std::vector<Measure>& list) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Measure& m = list[i];
+      const double med = median(m.us);
+      const auto [lo, hi] = std::minmax_element(m.us.begin(), m.us.end());
+      std::printf("  %-20s %7.2f  (min %.2f, max %.2f)  %s\n", m.name.c_str(), med, *lo, *hi, m.what.c_str());
+      char cell[96];
+      std::snprintf(cell, sizeof(cell), "%s\n    \"%s\": %.3f", i ? "," : "", m.name.c_str(), med);
+      doc += cell;
+    }
+  };
+  print(measures);
+  std::printf("GPU time per run, median of %d repeats of %d queued runs (us)\n", repeats, calls);
+  doc += "\n  },\n  \"gpu_us\": {";
+  print(gpu_measures);
   doc += "\n  }\n}\n";
   if (!json.empty()) std::ofstream(json) << doc;
   return 0;
