@@ -51,22 +51,27 @@ struct SparseFixture {
   hmla::DecodeSchedule schedule{};
 };
 
+template <typename Fixture>
+Planned planned(Fixture& f, std::string name, std::function<void(cudaStream_t, hmla::LaunchReplay*)> run) {
+  Planned p;
+  p.name = std::move(name);
+  p.run = std::move(run);
+  p.download = [&f] { return f.problem.download(); };
+  p.poison = [&f] { f.problem.poison_outputs(); };
+  p.check = [&f](const Outputs& o, const std::string& what) { f.problem.check(o, what); };
+  return p;
+}
+
 Planned plan_dense(DenseFixture& f, cudaStream_t s) {
   const DecodeCase& c = f.problem.spec();
   const size_t bytes = f.problem.workspace_bytes();
   f.ws = DeviceBuffer(bytes);
   HMLA_TEST_CUDA_CHECK(cudaMemset(f.ws.get(), 0xff, bytes));
   f.schedule = hmla::dense_decode_plan(f.problem.device_seqlens(), c.batch, c.s_q, c.h_q, c.h_kv, f.ws.get(), bytes, s);
-  Planned p;
-  p.name = c.name;
-  p.run = [&f](cudaStream_t stream, hmla::LaunchReplay* replay) {
+  return planned(f, c.name, [&f](cudaStream_t stream, hmla::LaunchReplay* replay) {
     if (replay != nullptr) hmla::dense_decode_run(f.problem.device_params(), f.schedule, stream, *replay);
     else hmla::dense_decode_run(f.problem.device_params(), f.schedule, stream);
-  };
-  p.download = [&f] { return f.problem.download(); };
-  p.poison = [&f] { f.problem.poison_outputs(); };
-  p.check = [&f](const Outputs& o, const std::string& what) { f.problem.check(o, what); };
-  return p;
+  });
 }
 
 Planned plan_sparse(SparseFixture& f, cudaStream_t s) {
@@ -74,16 +79,10 @@ Planned plan_sparse(SparseFixture& f, cudaStream_t s) {
   f.ws = DeviceBuffer(bytes);
   HMLA_TEST_CUDA_CHECK(cudaMemset(f.ws.get(), 0xff, bytes));
   f.schedule = hmla::sparse_decode_plan(f.problem.device_params(), f.ws.get(), bytes, s);
-  Planned p;
-  p.name = f.problem.spec().name;
-  p.run = [&f](cudaStream_t stream, hmla::LaunchReplay* replay) {
+  return planned(f, f.problem.spec().name, [&f](cudaStream_t stream, hmla::LaunchReplay* replay) {
     if (replay != nullptr) hmla::sparse_decode_run(f.problem.device_params(), f.schedule, stream, *replay);
     else hmla::sparse_decode_run(f.problem.device_params(), f.schedule, stream);
-  };
-  p.download = [&f] { return f.problem.download(); };
-  p.poison = [&f] { f.problem.poison_outputs(); };
-  p.check = [&f](const Outputs& o, const std::string& what) { f.problem.check(o, what); };
-  return p;
+  });
 }
 
 Outputs run_once(const Planned& p, cudaStream_t s, hmla::LaunchReplay* replay) {
