@@ -66,9 +66,7 @@ DecodeSchedule dense_decode_plan(const int32_t* cache_seqlens, int batch, int s_
   return s;
 }
 
-namespace {
-
-void launch_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
+void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
   validate(params);
   detail::check_schedule_matches("hmla::dense_decode_run", "hmla::dense_decode_plan", schedule, params.batch,
                                  params.s_q, params.h_q, params.h_kv);
@@ -78,16 +76,10 @@ void launch_run(const DenseDecodeParams& params, const DecodeSchedule& schedule,
   }
 }
 
-}  // namespace
-
-void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream) {
-  launch_run(params, schedule, stream);
-}
-
 void dense_decode_run(const DenseDecodeParams& params, const DecodeSchedule& schedule, cudaStream_t stream,
                       LaunchReplay& replay) {
   detail::ReplayedRun run(replay, stream);
-  launch_run(params, schedule, stream);
+  dense_decode_run(params, schedule, stream);
   run.submit();
 }
 

@@ -37,19 +37,16 @@ struct Planned {
   std::string name;
 };
 
-struct DenseFixture {
-  explicit DenseFixture(DecodeCase c) : problem(std::move(c)) {}
-  DecodeProblem problem;
+// A problem of either family with its planned workspace.
+template <typename Problem, typename Case>
+struct Fixture {
+  explicit Fixture(Case c) : problem(std::move(c)) {}
+  Problem problem;
   DeviceBuffer ws;
   hmla::DecodeSchedule schedule{};
 };
-
-struct SparseFixture {
-  explicit SparseFixture(SparseCase c) : problem(std::move(c)) {}
-  SparseProblem problem;
-  DeviceBuffer ws;
-  hmla::DecodeSchedule schedule{};
-};
+using DenseFixture = Fixture<DecodeProblem, DecodeCase>;
+using SparseFixture = Fixture<SparseProblem, SparseCase>;
 
 template <typename Fixture>
 Planned planned(Fixture& f, std::string name, std::function<void(cudaStream_t, hmla::LaunchReplay*)> run) {
