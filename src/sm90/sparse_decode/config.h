@@ -80,6 +80,10 @@ template <typename FormatT>
 struct ConfigT {
   using Format = FormatT;
   static constexpr bool kPrefill = false;  // the shared output writer also serves sparse prefill
+  // The output writer's stores of 2 x kStoreLanes columns per thread (store_output): pairs here,
+  // 8-byte stores. Fours (16 bytes) spilled 16 bytes in the helper warpgroup and ran 1-3 % slower
+  // than pairs on every wide row (H100, docs/PERF.md "The epilogue's stores").
+  static constexpr int kStoreLanes = 2;
   // The 16-bit type of Q, K, V and P in shared memory and in the wgmma: the FP8 caches dequantise to
   // fp16 (fp8_dequant.cuh says why) and each request's bf16 Q is converted to fp16 with a power-of-two
   // prescale (docs/SPARSE_DECODE.md, "Number formats").

@@ -480,18 +480,46 @@ __device__ __forceinline__ uint32_t pack_p(float a, float b) {
   }
 }
 
+// The thread's words (one per 8-column block of a fragment row: its two columns of it) of kLanes
+// consecutive blocks, exchanged across the kLanes neighbouring threads that hold the other columns
+// of those blocks (two exchanges per bit): after it, thread q holds at t what thread
+// (q & ~(kLanes - 1)) | t held at q % kLanes, i.e. 2 kLanes adjacent columns of block q % kLanes.
+template <int kLanes>
+__device__ __forceinline__ void exchange_block_words(uint32_t (&w)[kLanes], int lane) {
+#pragma unroll
+  for (int b = 1; b < kLanes; b <<= 1) {
+    const bool upper = (lane & b) != 0;
+#pragma unroll
+    for (int t = 0; t < kLanes; ++t) {
+      if (t & b) continue;
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, upper ? w[t] : w[t | b], b);
+      if (upper) w[t] = got;
+      else w[t | b] = got;
+    }
+  }
+}
+
 // Normalises a warpgroup's half of O and writes it: to out (times the sink's factor) or, for a
 // piece of a split request, to its partial-result slot; the scorer also writes the LSE.
+// A quad's four threads hold two columns each of every 8-column block of their row. Exchanged in
+// groups of Cfg::kStoreLanes blocks (exchange_block_words), each thread stores 2 kStoreLanes
+// adjacent columns at once, and a warp's store covers 16 kStoreLanes contiguous bytes of each of
+// its eight rows: whole sectors, 2-4x fewer store instructions. Stored as the fragment lies (4
+// bytes per thread, 16 per row and instruction), a CTA's epilogue cost ~7 us per request on an H100
+// (docs/PERF.md, "The epilogue's stores").
 template <typename Cfg, typename Frag>
 __device__ __forceinline__ void store_output(const KernelParams& p, const Request& q, int m,
                                              const Frag& tOrO, const int (&rows)[2], const float (&row_sum)[2],
                                              const float (&row_max)[2], bool split, int slot, int col_base,
                                              bool write_lse, int lane) {
   const float kLn2 = 0.69314718055994530942f;
+  constexpr int kLanes = Cfg::kStoreLanes;
+  static_assert(kLanes == 2 || kLanes == 4, "blocks exchanged in pairs or fours");
+  using Words = std::conditional_t<kLanes == 2, uint2, uint4>;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int head = m * Cfg::kBlockM + rows[h];
-    if (head >= p.h_q) continue;
+    const bool head_valid = head < p.h_q;  // the same for the quad: the exchanges run regardless
     // No key: the sum is exactly 0. A NaN sum (a NaN the query attended to) stays NaN in out and lse.
     const bool any = row_sum[h] != 0.f;
     const float inv = any ? 1.f / row_sum[h] : 0.f;
@@ -503,21 +531,37 @@ __device__ __forceinline__ void store_output(const KernelParams& p, const Reques
     if (split) {
       const size_t row = static_cast<size_t>(slot) * p.rows_per_slot + m * Cfg::kBlockM + rows[h];
       dst = static_cast<__nv_bfloat16*>(p.o_accum) + row * Cfg::kHeadDimV + col_base;
-      if (write_lse && lane % 4 == 0) p.lse_accum[row] = lse;
+      if (head_valid && write_lse && lane % 4 == 0) p.lse_accum[row] = lse;
     } else {
-      if (p.attn_sink != nullptr && any) factor /= 1.f + __expf(p.attn_sink[head] - lse);
-      dst = reinterpret_cast<__nv_bfloat16*>(p.out) + q.batch * p.out_batch_stride + q.token * p.out_token_stride + head * p.out_head_stride + col_base;
-      if (write_lse && lane % 4 == 0) p.lse[q.batch * p.lse_batch_stride + head * p.lse_head_stride + q.token] = lse;
+      if (head_valid && p.attn_sink != nullptr && any) factor /= 1.f + __expf(p.attn_sink[head] - lse);
+      dst = reinterpret_cast<__nv_bfloat16*>(p.out) + q.batch * p.out_batch_stride + q.token * p.out_token_stride +
+            head * p.out_head_stride + col_base;
+      if (head_valid && write_lse && lane % 4 == 0)
+        p.lse[q.batch * p.lse_batch_stride + head * p.lse_head_stride + q.token] = lse;
       // Sparse prefill also returns the max of the scaled scores (natural log; -inf with no key).
       if constexpr (Cfg::kPrefill)
-        if (write_lse && lane % 4 == 0)
+        if (head_valid && write_lse && lane % 4 == 0)
           p.max_logits[q.batch * p.lse_batch_stride + head * p.lse_head_stride] = any ? row_max[h] * kLn2 : -INFINITY;
     }
+    // This thread's columns after the exchange: block kLanes * group + lane % kLanes, from column
+    // 2 kLanes * ((lane % 4) / kLanes) of it.
+    __nv_bfloat16* at = dst + 8 * (lane % kLanes) + 2 * kLanes * ((lane % 4) / kLanes);
+    constexpr int kBlocks = decltype(size(tOrO))::value / 4;  // 8-column blocks of the warpgroup's columns
+    static_assert(kBlocks % kLanes == 0, "whole groups of blocks");
     CUTE_UNROLL
-    for (int i = 2 * h; i < size(tOrO); i += 4) {
-      // Elements i, i + 1 (row h) are two neighbouring columns.
-      *reinterpret_cast<__nv_bfloat162*>(dst + frag_col(i, lane)) =
-          __floats2bfloat162_rn(tOrO(i) * factor, tOrO(i + 1) * factor);
+    for (int group = 0; group < kBlocks / kLanes; ++group) {
+      uint32_t w[kLanes];
+      CUTE_UNROLL
+      for (int t = 0; t < kLanes; ++t) {
+        const int i = 4 * (kLanes * group + t) + 2 * h;  // elements i, i + 1: row h, block kLanes group + t
+        const __nv_bfloat162 v = __floats2bfloat162_rn(tOrO(i) * factor, tOrO(i + 1) * factor);
+        w[t] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+      exchange_block_words<kLanes>(w, lane);
+      Words out;
+      if constexpr (kLanes == 2) out = make_uint2(w[0], w[1]);
+      else out = make_uint4(w[0], w[1], w[2], w[3]);
+      if (head_valid) *reinterpret_cast<Words*>(at + 8 * kLanes * group) = out;
     }
   }
 }

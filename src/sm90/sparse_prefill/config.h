@@ -28,6 +28,9 @@ template <int kHeadDimT>
 struct SeesawConfig {
   using Element = cute::bfloat16_t;
   static constexpr bool kPrefill = true;  // for the decode kernel's shared output writer
+  // Its stores in fours of blocks, 16 bytes per thread: pairs spilled 8 bytes here and were level
+  // to 2 % slower than fours (H100, docs/PERF.md "The epilogue's stores").
+  static constexpr int kStoreLanes = 4;
   static constexpr int kBlockM = 64;      // heads per item (one wgmma M)
   static constexpr int kQRows = kBlockM;
   static constexpr int kBlockN = 64;      // tokens per K tile
