@@ -26,6 +26,8 @@ for row in "${rows[@]}"; do
     echo "$out" | grep -E '^plan clocks' | head -n 2 | sed 's/^/    /'
   done
 done
+# HMLA_PLAN_NCU=0 skips the Nsight Compute times.
+[ "${HMLA_PLAN_NCU:-1}" = 0 ] && set --
 for b in "$@"; do
   for row in "--b 16 --h-q 16 --topk 2048" "--b 128 --h-q 64 --topk 2048" "--b 4096 --h-q 16 --topk 64 --s-k 4096"; do
     # shellcheck disable=SC2086
