@@ -23,17 +23,18 @@ mapfile -t benches < <(ls "$P"/bench_* | grep -v bench_diag_)
 tests=$(ls "$P"/tests_* | tail -n 1)
 last_bench=${benches[${#benches[@]}-1]}
 HMLA_PLAN_NCU=${HMLA_PLAN_NCU:-0} timeout 240 bash scripts/gpu_plan_time.sh "${benches[@]}" 2>&1 | tee "$OUT/plan_time.txt"
-for d in "$P"/bench_diag_*; do
-  [ -f "$d" ] || continue
+mapfile -t diags < <(ls "$P"/bench_diag_* 2>/dev/null)
+if [ ${#diags[@]} -gt 0 ]; then
   for row in "--layout v32 --b 128 --s-q 1 --h-q 128 --topk 2048" "--layout v32 --b 128 --s-q 1 --h-q 64 --topk 2048" \
              "--layout model1 --b 64 --s-q 2 --h-q 128 --topk 128 --extra-topk 1024 --extra-page 64"; do
-    for b in "$P/bench_main" "$d" "$P/bench_main" "$d"; do
+    # main before and after the variants: the card's drift shows between the two
+    for b in "$P/bench_main" "${diags[@]}" "$P/bench_main"; do
       # shellcheck disable=SC2086
       line=$(timeout 60 "$b" sparse-decode $row --no-ceilings --iters 30 2>&1 | grep -E '^ *fp8|rror' | head -n 1)
       echo "$(basename "$b") | $row | $(echo "$line" | awk -F'|' '{print $2}')"
     done
-  done
-done | tee "$OUT/diag.txt"
+  done | tee "$OUT/diag.txt"
+fi
 HMLA_FUZZ_SECONDS=4 timeout 170 "$tests" --gtest_brief=1 --gtest_filter='-*Prefill*:*Sanitizer*' > "$OUT/suite.txt" 2>&1
 echo "suite rc=$?"; grep -E "fuzz:|Failure|PASSED|FAILED|tests ran" "$OUT/suite.txt" | head -n 20
 for tool in memcheck racecheck; do
