@@ -72,11 +72,29 @@ struct DecodeWork {
     return extra_topk_length != nullptr ? clamp_length(extra_topk_length[r / tokens_per_batch], extra_topk)
                                         : extra_topk;
   }
+  // The same lengths by batch entry, with the kind of work resolved once (the plan kernel loads
+  // thousands of them: no branch or division per request).
+  struct EntryLengths {
+    const int32_t* main;  // lengths of the main list, or nullptr: main_cap for every entry
+    int main_cap;
+    const int32_t* extra;
+    int extra_cap;
+    HMLA_HOST_DEVICE int main_keys(int b) const { return main != nullptr ? clamp_length(main[b], main_cap) : main_cap; }
+    HMLA_HOST_DEVICE int extra_keys(int b) const {
+      return extra != nullptr ? clamp_length(extra[b], extra_cap) : extra_cap;
+    }
+  };
+  HMLA_HOST_DEVICE EntryLengths entry_lengths() const {
+    if (seqlens != nullptr) return EntryLengths{seqlens, 0x7fffffff, nullptr, 0};
+    if (extra_topk <= 0) return EntryLengths{topk_length, topk, nullptr, 0};
+    return EntryLengths{topk_length, topk, extra_topk_length, extra_topk};
+  }
   // Units of work: the blocks of both lists, at least one.
-  HMLA_HOST_DEVICE int units(int r) const {
-    const int blocks = blocks_of(main_keys(r)) + blocks_of(extra_keys(r));
+  HMLA_HOST_DEVICE static int units_of_keys(int main, int extra) {
+    const int blocks = blocks_of(main) + blocks_of(extra);
     return blocks > 0 ? blocks : 1;
   }
+  HMLA_HOST_DEVICE int units(int r) const { return units_of_keys(main_keys(r), extra_keys(r)); }
 };
 
 struct PartMetadata {

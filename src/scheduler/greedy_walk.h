@@ -154,14 +154,18 @@ struct GreedyWalk {
   // The chain that starts at request r's start: its link (the request the next chain starts at,
   // requests when the stream ends in it, and its part count). A chain longer than `cap` parts (the
   // plan's part count: from request 0 the greedy never needs more) is cut there, without successor.
-  HMLA_HD uint32_t chain_from(int r, int cap) const {
+  // `first_stop`: a request at or before where the chain's first part ends (the search for it starts
+  // there); updated to where it ends. The first stops grow with r, so a thread that computes the
+  // chains of consecutive requests passes each one's stop on as the next one's hint.
+  HMLA_HD uint32_t chain_from(int r, int cap, int& first_stop) const {
     long long k = 0;
     long long end = chain_end(r, 0);
-    int q = r;
+    int q = r > first_stop ? r : first_stop;
     for (;;) {
       const int parts = k + 1 < cap ? static_cast<int>(k + 1) : cap;
       if (end >= prefix[requests]) return ChainLink::pack(requests, parts);
       q = last_start_at_or_before(end, q);
+      if (k == 0) first_stop = q;
       if (end - prefix[q] <= overhead) return ChainLink::pack(q, parts);
       if (k + 1 >= cap) return ChainLink::pack(requests, cap);
       // Inside q's units: the chain's parts end in q until the first end at or past q + 1's start.
@@ -169,6 +173,10 @@ struct GreedyWalk {
       k += steps;
       end += steps * stride();
     }
+  }
+  HMLA_HD uint32_t chain_from(int r, int cap) const {
+    int first_stop = r;
+    return chain_from(r, cap, first_stop);
   }
 
   // Where part j of the chain from request r starts: r's start for j = 0, else the end of part j - 1,
@@ -179,14 +187,20 @@ struct GreedyWalk {
     return Boundary{at, last_start_at_or_before(at, from), 1};
   }
 
-  // Part j of the chain from request `head`, whose link is `link`.
-  HMLA_HD PartMetadata chain_part(int head, int j, uint32_t link) const {
+  // Part j of the chain from request `head`, whose link is `link`; `next_begin_req` gets the request
+  // the next part begins in (requests: none), which tells whether this part closes a split request.
+  HMLA_HD PartMetadata chain_part(int head, int j, uint32_t link, int& next_begin_req) const {
     const Boundary begin = chain_part_start(head, j, head);
     const int next = ChainLink::next(link);
     const Boundary end = j + 1 < ChainLink::parts(link) ? chain_part_start(head, j + 1, begin.req)
                          : next < requests               ? Boundary{prefix[next], next, 0}
                                                          : end_of_work();
+    next_begin_req = end.req;
     return part_between(begin, end, head, j);
+  }
+  HMLA_HD PartMetadata chain_part(int head, int j, uint32_t link) const {
+    int next_begin_req;
+    return chain_part(head, j, link, next_begin_req);
   }
 
   // The part from `begin` to `end` of the chain from request `head`, of which it is part j: parts
@@ -230,11 +244,14 @@ struct ChainLifting {
 // numbered 1 .. n by begin_split_idx, and the last of them closes it. Returns the request's pieces
 // (1 + n) for the part that closes one, else 0. At most one request per part, so the split
 // requests' slots are one scan over the parts, whatever the batch.
-HMLA_HD int pieces_closed_by(const PartMetadata* parts, int p, int num_parts, int requests) {
-  const PartMetadata& m = parts[p];
+// `next_begin_req`: the request part p + 1 begins in (any value for the last part).
+HMLA_HD int pieces_closed_by(const PartMetadata& m, int next_begin_req, int p, int num_parts, int requests) {
   if (m.begin_req >= requests || m.begin_split_idx == 0) return 0;
-  const bool last = p + 1 == num_parts || parts[p + 1].begin_req != m.begin_req;
+  const bool last = p + 1 == num_parts || next_begin_req != m.begin_req;
   return last ? 1 + m.begin_split_idx : 0;
+}
+HMLA_HD int pieces_closed_by(const PartMetadata* parts, int p, int num_parts, int requests) {
+  return pieces_closed_by(parts[p], p + 1 < num_parts ? parts[p + 1].begin_req : requests, p, num_parts, requests);
 }
 
 }  // namespace hmla::detail

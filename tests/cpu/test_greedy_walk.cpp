@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "greedy_reference.h"
 #include "scheduler/greedy_walk.h"
 
 namespace {
@@ -20,70 +21,11 @@ namespace {
 using hmla::detail::ChainLink;
 using hmla::detail::GreedyWalk;
 using hmla::detail::PartMetadata;
-
-struct Batch {
-  std::vector<long long> prefix;
-  int requests = 0;
-  long long budget = 0, overhead = 0;
-  GreedyWalk walk() const { return GreedyWalk{prefix.data(), requests, budget, overhead}; }
-};
-
-// As the plan kernel sets it up: units per request, the per-piece cost, num_sm_parts.
-Batch make_batch(const std::vector<int>& units, int overhead, int parts) {
-  Batch b;
-  b.requests = static_cast<int>(units.size());
-  b.overhead = overhead;
-  b.prefix.assign(units.size() + 1, 0);
-  for (size_t r = 0; r < units.size(); ++r) b.prefix[r + 1] = b.prefix[r] + units[r] + overhead;
-  b.budget = (b.prefix.back() + parts - 1) / parts + overhead;
-  return b;
-}
-
-// The greedy one part at a time, written out on its own (as the plan kernel walked the parts before
-// the chains, with a linear search in place of its 32-wide one): the reference.
-std::vector<PartMetadata> walk_one_at_a_time(const Batch& b, int parts) {
-  const std::vector<long long>& c = b.prefix;
-  const int requests = b.requests;
-  std::vector<PartMetadata> out(parts);
-  long long at = 0;
-  int req = 0, mid_starts = 0;
-  for (int p = 0; p < parts; ++p) {
-    PartMetadata meta{};
-    meta.begin_req = requests;
-    meta.end_req = -1;
-    if (req < requests) {
-      const long long start = c[req];
-      const bool mid = at > start;
-      const long long end = at + b.budget - (mid ? b.overhead : 0);
-      int last = req;
-      while (last + 1 <= requests && c[last + 1] <= end) ++last;
-      meta.begin_req = req;
-      meta.begin_unit = mid ? static_cast<int>(at - start - b.overhead) : 0;
-      mid_starts = mid ? mid_starts + 1 : 0;
-      meta.begin_split_idx = mid_starts;
-      auto units_of = [&](int r) { return static_cast<int>(c[r + 1] - c[r] - b.overhead); };
-      if (last >= requests) {
-        meta.end_req = requests - 1;
-        meta.end_unit = units_of(requests - 1);
-        at = c[requests];
-        req = requests;
-      } else if (end - c[last] > b.overhead) {
-        meta.end_req = last;
-        meta.end_unit = static_cast<int>(end - c[last] - b.overhead);
-        at = end;
-        req = last;
-      } else {
-        meta.end_req = last - 1;
-        meta.end_unit = units_of(last - 1);
-        at = c[last];
-        req = last;
-      }
-      if (req != meta.begin_req) mid_starts = 0;
-    }
-    out[p] = meta;
-  }
-  return out;
-}
+using hmla_test::Batch;
+using hmla_test::make_batch;
+using hmla_test::number_by_requests;
+using hmla_test::SplitNumbering;
+using hmla_test::walk_one_at_a_time;
 
 // GreedyWalk::step one part after another: the plan kernel's walk past kChainedPlanRequests (its warp
 // passes a 32-wide search in place of the binary one).
@@ -96,13 +38,22 @@ std::vector<PartMetadata> walk_by_steps(const Batch& b, int parts) {
 }
 
 // The chained form, its phases as loops (one thread per index on the device): every request's
-// chain, the lifting levels, every part from the chain its descent finds.
-std::vector<PartMetadata> walk_by_chains(const Batch& b, int parts) {
+// chain, computed as the kernel's threads do (a contiguous chunk of requests each, every search
+// starting at the previous request's first stop), the lifting levels, every part from the chain its
+// descent finds. `closed` gets, per part, the pieces of the split request it closes (from where
+// the part ends, as the kernel knows it).
+std::vector<PartMetadata> walk_by_chains(const Batch& b, int parts, std::vector<int>& closed) {
   const GreedyWalk w = b.walk();
   const int levels = hmla::detail::lifting_levels(b.requests, parts);
   const int row = b.requests + 1;
   std::vector<uint32_t> lift(static_cast<size_t>(levels) * row);
-  for (int r = 0; r <= b.requests; ++r) lift[r] = r < b.requests ? w.chain_from(r, parts) : ChainLink::pack(b.requests, 0);
+  constexpr int kThreads = 512;
+  const int per_thread = (b.requests + kThreads - 1) / kThreads;
+  for (int r0 = 0; r0 < b.requests; r0 += per_thread) {
+    int first_stop = r0;
+    for (int r = r0; r < std::min(b.requests, r0 + per_thread); ++r) lift[r] = w.chain_from(r, parts, first_stop);
+  }
+  lift[b.requests] = ChainLink::pack(b.requests, 0);
   for (int l = 1; l < levels; ++l)
     for (int r = 0; r <= b.requests; ++r) {
       const uint32_t first = lift[(l - 1) * row + r];
@@ -110,49 +61,19 @@ std::vector<PartMetadata> walk_by_chains(const Batch& b, int parts) {
     }
   const hmla::detail::ChainLifting lifting{lift.data(), b.requests, levels};
   std::vector<PartMetadata> out(parts);
+  closed.assign(parts, 0);
   for (int p = 0; p < parts; ++p) {
     int head = 0, first = 0;
     lifting.chain_of_part(p, head, first);
     PartMetadata meta{};
     meta.begin_req = b.requests;
     meta.end_req = -1;
-    if (head < b.requests) meta = w.chain_part(head, p - first, lift[head]);
+    int next_begin_req = b.requests;
+    if (head < b.requests) meta = w.chain_part(head, p - first, lift[head], next_begin_req);
     out[p] = meta;
+    closed[p] = hmla::detail::pieces_closed_by(meta, next_begin_req, p, parts, b.requests);
   }
   return out;
-}
-
-// The split requests' numbering (req_num_splits, req_split_base, split_list), the plan kernel's
-// outputs besides the parts.
-struct SplitNumbering {
-  std::vector<int> num_splits, split_base, split_list;
-  bool operator==(const SplitNumbering& o) const {
-    return num_splits == o.num_splits && split_base == o.split_base && split_list == o.split_list;
-  }
-};
-
-// Written out from the definition: a pass over the requests, in order, after the last part that
-// begins mid-way in each split request recorded its piece count.
-SplitNumbering number_by_requests(const std::vector<PartMetadata>& parts, int requests) {
-  SplitNumbering n;
-  n.num_splits.assign(requests, 1);
-  const int num_parts = static_cast<int>(parts.size());
-  for (int p = 0; p < num_parts; ++p) {
-    const PartMetadata& m = parts[p];
-    const bool last = p + 1 == num_parts || parts[p + 1].begin_req != m.begin_req;
-    if (m.begin_req < requests && m.begin_split_idx > 0 && last) n.num_splits[m.begin_req] = 1 + m.begin_split_idx;
-  }
-  n.split_base.assign(requests, -1);
-  n.split_list.assign(1, 0);
-  int slot = 0;
-  for (int r = 0; r < requests; ++r)
-    if (n.num_splits[r] > 1) {
-      n.split_base[r] = slot;
-      slot += n.num_splits[r];
-      n.split_list.push_back(r);
-    }
-  n.split_list[0] = static_cast<int>(n.split_list.size()) - 1;
-  return n;
 }
 
 // As the plan kernel numbers them: every request unsplit, then the parts that close a request
@@ -195,7 +116,12 @@ void expect_same_parts(const std::vector<int>& units, int overhead, int parts, c
   int slots = 0;
   for (int r = 0; r < b.requests; ++r) slots += by_parts.num_splits[r] > 1 ? by_parts.num_splits[r] : 0;
   ASSERT_LE(slots, 2 * parts) << what << ": partial slots past the workspace's 2 per part";
-  for (const auto& [form, got] : {std::pair<const char*, std::vector<PartMetadata>>{"chains", walk_by_chains(b, parts)},
+  std::vector<int> closed;
+  const std::vector<PartMetadata> chained = walk_by_chains(b, parts, closed);
+  for (int p = 0; p < parts; ++p)
+    ASSERT_EQ(closed[p], hmla::detail::pieces_closed_by(want.data(), p, parts, b.requests))
+        << what << ": part " << p << " of " << parts << ": pieces it closes, from its end";
+  for (const auto& [form, got] : {std::pair<const char*, std::vector<PartMetadata>>{"chains", chained},
                                    {"steps", walk_by_steps(b, parts)}}) {
     for (int p = 0; p < parts; ++p) {
       const PartMetadata &x = want[p], &y = got[p];
