@@ -625,16 +625,21 @@ struct Consumer {
   }
 };
 
-// After issue_scores: the previous tile's P V was committed before these scores, so once it retires
-// (wgmma batches complete in order) its stage is released while the scores still run, and the
-// producers refill it a score product earlier than if the release waited for it. Then the scores.
-template <typename Cfg, typename TS, typename TO>
-__device__ __forceinline__ void release_previous_and_wait_scores(typename Cfg::SharedStorage& smem, int stage,
-                                                                 bool has_previous, TS& scores, TO& o) {
-  if (has_previous) {
-    warpgroup_wait<1>();
-    dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
-  }
+// Before the wait for stage n to be full: the previous tile's P V retires and its stage goes back to
+// the producers at once. Released only after S(n) was issued (behind stage n's fill), the producers,
+// done with stage n, waited for the consumers to see it full and issue S before they could refill.
+// O, which that P V wrote, is fenced with the scores, after their wait: its next reader (the rescale)
+// comes after that.
+template <typename Cfg>
+__device__ __forceinline__ void release_previous_stage(typename Cfg::SharedStorage& smem, int stage,
+                                                       bool has_previous) {
+  if (!has_previous) return;
+  warpgroup_wait<0>();
+  dev::mbar_arrive(&smem.k_empty[stage ^ 1]);
+}
+
+template <typename TS, typename TO>
+__device__ __forceinline__ void wait_scores(TS& scores, TO& o) {
   warpgroup_wait<0>();
   warpgroup_fence_operand(scores);
   warpgroup_fence_operand(o);
@@ -685,13 +690,14 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
         const bool last = u + 1 == q.u1;
         Tensor sK = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutK{});
         Tensor tSrK = thr_s.partition_fragment_B(sK);
+        release_previous_stage<Cfg>(smem, stage, u > q.u0);
         dev::mbar_wait(&smem.k_full[stage], phase);
         // The producers fill the stage through the generic proxy (st.shared, cp.async); wgmma reads
         // it through the async one. The proxy fence is the consumers', after the barrier: in the
         // producers its MEMBAR waited for the next tile's loads, issued during the stores.
         dev::fence_proxy_async_smem();
         issue_scores(mma_s, tSrQ, tSrK, tSrS);
-        release_previous_and_wait_scores<Cfg>(smem, stage, u > q.u0, tSrS, c.tOrO);
+        wait_scores(tSrS, c.tOrO);
         // Q is read by S only: once the request's last S is done, the next request's Q loads while
         // this one's softmax, P V and epilogue run.
         if (last && r < meta.end_req) {

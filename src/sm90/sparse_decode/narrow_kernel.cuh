@@ -86,12 +86,13 @@ __device__ void narrow_consumer_loop(typename Cfg::SharedStorage& smem, const Ke
         const bool last = u + 1 == q.u1;
         Tensor sK = make_tensor(make_smem_ptr(smem.k[stage]), typename Cfg::SmemLayoutK{});
         Tensor tSrK = thr_s.partition_fragment_A(sK);
+        // Every warp retires the previous P V here, before the max barrier below: P^T is rewritten
+        // only once no warp's part of that P V still reads it.
+        release_previous_stage<Cfg>(smem, stage, u > q.u0);
         dev::mbar_wait(&smem.k_full[stage], phase);
         dev::fence_proxy_async_smem();  // the producers' st.shared, read by wgmma (kernel.cuh says why here)
         issue_scores(mma_s, tSrK, tSrQ, tSrS);
-        // Every warp retires the previous P V here, before the max barrier below: P^T is rewritten
-        // only once no warp's part of that P V still reads it.
-        release_previous_and_wait_scores<Cfg>(smem, stage, u > q.u0, tSrS, tOrO);
+        wait_scores(tSrS, tOrO);
         if (last && r < meta.end_req) {
           if (ctid == 0) {
             const Request next = request_of(p, meta, r + 1);
