@@ -174,6 +174,13 @@ struct SparsePrefillParams {
   const int32_t* cu_seqlens_q = nullptr;   // [num_seqs + 1]: 0, ..., s_q
   const int32_t* seq_kv_offset = nullptr;  // [num_seqs]
   const int32_t* seq_kv_len = nullptr;     // [num_seqs]
+
+  // Optional: a device buffer of at least sparse_prefill_workspace_bytes(params) bytes (256-byte
+  // aligned; its contents need no initialisation). With it, a call with fewer work items (query
+  // token, 64 heads) than SMs cuts each along its index list over the SMs it would leave idle and
+  // merges the pieces in the kernel; without it (null), each item runs whole on one SM.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 }  // namespace hmla

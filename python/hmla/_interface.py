@@ -662,9 +662,14 @@ def flash_mla_sparse_fwd(
     s_q, h_q = int(q.shape[0]), int(q.shape[1])
     out, lse = fw.alloc_outputs(q, (s_q, h_q, _D_V), (s_q, h_q))
     max_logits = fw.empty_f32((s_q, h_q), q)
+    # The workspace that cuts the last round of items over the SMs it would leave idle (a few MB at
+    # most, from the framework's allocator; none when the items fill whole rounds).
+    ws_bytes = _C.sparse_prefill_workspace_bytes(s_q, h_q, int(indices.shape[-1]), fw.device_index(q))
+    workspace = fw.empty_bytes(ws_bytes, q) if ws_bytes > 0 else None
     _C.sparse_prefill_run(ex(q, "q"), ex(kv, "kv"), ex(indices, "indices"), float(sm_scale), int(d_v),
                           ex(attn_sink, "attn_sink"), ex(topk_length, "topk_length"), int(indexer_topk),
                           ex(cu_seqlens_q, "cu_seqlens_q"), ex(seq_kv_offset, "seq_kv_offset"),
                           ex(seq_kv_len, "seq_kv_len"), export(out, fw, fn, "out"),
-                          export(max_logits, fw, fn, "max_logits"), export(lse, fw, fn, "lse"), fw.stream(q))
+                          export(max_logits, fw, fn, "max_logits"), export(lse, fw, fn, "lse"),
+                          export(workspace, fw, fn, "workspace") if workspace is not None else None, fw.stream(q))
     return out, max_logits, lse

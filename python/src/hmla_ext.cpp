@@ -1008,10 +1008,21 @@ void check_sparse_prefill_args(nb::handle q_obj, nb::handle kv_obj, nb::handle i
 }
 
 // out [s_q, h_q, 512] bf16, max_logits and lse [s_q, h_q] float32 contiguous, allocated by the caller.
+// The workspace a sparse prefill of this shape needs on `device` to cut its last round of items
+// (0: none to cut; hmla::sparse_prefill_workspace_bytes).
+size_t sparse_prefill_workspace_bytes(int s_q, int h_q, int topk, int device) {
+  hmla::SparsePrefillParams p;
+  p.s_q = s_q;
+  p.h_q = h_q;
+  p.topk = topk;
+  DeviceGuard guard(device);
+  return translate("flash_mla_sparse_fwd", [&] { return hmla::sparse_prefill_workspace_bytes(p); });
+}
+
 void sparse_prefill_run(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj, double sm_scale, int64_t d_v,
                         nb::handle sink_obj, nb::handle topk_len_obj, int64_t indexer_topk, nb::handle cu_obj,
                         nb::handle offset_obj, nb::handle kv_len_obj, nb::handle out_obj, nb::handle max_logits_obj,
-                        nb::handle lse_obj, uintptr_t stream) {
+                        nb::handle lse_obj, nb::handle workspace_obj, uintptr_t stream) {
   const char* fn = "flash_mla_sparse_fwd";
   int device = -1;
   hmla::SparsePrefillParams p = import_sparse_prefill(q_obj, kv_obj, idx_obj, d_v, sink_obj, topk_len_obj,
@@ -1029,6 +1040,11 @@ void sparse_prefill_run(nb::handle q_obj, nb::handle kv_obj, nb::handle idx_obj,
   p.out_head_stride = out.stride(1);
   p.max_logits = static_cast<float*>(max_logits.data());
   p.lse = static_cast<float*>(lse.data());
+  if (!workspace_obj.is_none()) {
+    OutArray ws = import_workspace(workspace_obj, fn, &device);
+    p.workspace = ws.data();
+    p.workspace_bytes = ws.nbytes();
+  }
   DeviceGuard guard(device);
   translate(fn, [&] { hmla::sparse_prefill_run(p, reinterpret_cast<cudaStream_t>(stream)); });
 }
@@ -1308,7 +1324,10 @@ NB_MODULE(_C, m) {
   m.def("sparse_prefill_run", &sparse_prefill_run, nb::arg("q"), nb::arg("kv"), nb::arg("indices"),
         nb::arg("sm_scale"), nb::arg("d_v"), nb::arg("attn_sink").none(), nb::arg("topk_length").none(),
         nb::arg("indexer_topk"), nb::arg("cu_seqlens_q").none(), nb::arg("seq_kv_offset").none(),
-        nb::arg("seq_kv_len").none(), nb::arg("out"), nb::arg("max_logits"), nb::arg("lse"), nb::arg("stream"));
+        nb::arg("seq_kv_len").none(), nb::arg("out"), nb::arg("max_logits"), nb::arg("lse"),
+        nb::arg("workspace").none(), nb::arg("stream"));
+  m.def("sparse_prefill_workspace_bytes", &sparse_prefill_workspace_bytes, nb::arg("s_q"), nb::arg("h_q"),
+        nb::arg("topk"), nb::arg("device"));
 
   m.def("merge_attention_states", &merge_states, nb::arg("outs"), nb::arg("lses"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("stream"));

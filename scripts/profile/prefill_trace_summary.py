@@ -5,7 +5,7 @@ spends its clocks: every role's events as offsets from consumer A's "S of tile 2
 pair, each half's release -> landed interval, and the waits. Medians (p10 / p90) over the pairs of the
 steady state (the CTA's first and last item left out).
 
-  prefill_trace_summary.py trace.bin [--pairs-per-item N] [--json out.json]
+  prefill_trace_summary.py trace.bin [--pairs-per-item N] [--json out.json] [--grid-only]
 """
 import argparse
 import json
@@ -22,6 +22,35 @@ NAMES = {
     B: ["top", "1R landed", "1L landed", "S(2j+1) retired", "A's max in", "own PV done (1R freed)",
         "P_A in, PV issued", "P_A V0 done (0R freed)"],
 }
+
+
+MAX_GRID = 1024
+
+
+def grid_spans(path):
+    """Every CTA's (start ns, end ns, SM), from the buffer's last field (absent in older traces)."""
+    raw = open(path, "rb").read()
+    at = 4 * CTAS * ROLES * PAIRS * EVENTS + 8 * CTAS * 4
+    if len(raw) < at + 8 * MAX_GRID * 3:
+        return []
+    v = struct.unpack_from(f"<{MAX_GRID * 3}Q", raw, at)
+    return [(v[3 * i], v[3 * i + 1], v[3 * i + 2]) for i in range(MAX_GRID) if v[3 * i + 1] > v[3 * i] > 0]
+
+
+def print_grid_spread(spans):
+    """How evenly the persistent grid's CTAs finish: the kernel ends with the last one."""
+    if not spans:
+        return
+    t0 = min(s for s, _, _ in spans)
+    ends = sorted((e - t0) / 1e3 for _, e, _ in spans)
+    runs = sorted((e - s) / 1e3 for s, e, _ in spans)
+    q = lambda v, f: v[min(len(v) - 1, int(f * len(v)))]
+    print(f"grid: {len(spans)} CTAs; end (us after the first start) min {ends[0]:.1f} p10 {q(ends, 0.1):.1f} "
+          f"median {q(ends, 0.5):.1f} p90 {q(ends, 0.9):.1f} max {ends[-1]:.1f}; run time min {runs[0]:.1f} "
+          f"median {q(runs, 0.5):.1f} max {runs[-1]:.1f}")
+    slowest = sorted(spans, key=lambda x: x[1])[-5:]
+    print("  last five to end (SM, run us): " +
+          ", ".join(f"SM {sm} {(e - s) / 1e3:.1f}" for s, e, sm in slowest))
 
 
 def load(path):
@@ -55,8 +84,13 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--pairs-per-item", type=int, default=16, help="pairs of one item (topk / 128)")
     ap.add_argument("--json")
+    ap.add_argument("--grid-only", action="store_true",
+                    help="only every CTA's start and end (a -DHMLA_PREFILL_TRACE_GRID build)")
     args = ap.parse_args()
     at, spans = load(args.trace)
+    print_grid_spread(grid_spans(args.trace))
+    if args.grid_only:
+        return
     report = {}
     for c in range(CTAS):
         # Pairs recorded: consumer A's first event is set (the buffer starts at zero).

@@ -480,6 +480,15 @@ void validate(const SparsePrefillParams& p) {
   check_token_head_tensor(where, "out", p.out, 1, p.s_q, p.h_q, 0, p.out_token_stride, p.out_head_stride, p.d_v);
   check_pointer(where, "max_logits", p.max_logits, alignof(float));
   check_pointer(where, "lse", p.lse, alignof(float));
+
+  // ---- workspace (optional): the last round's pieces, at least sparse_prefill_workspace_bytes
+  check_optional_pointer(where, "workspace", p.workspace, 256);
+  if (p.workspace != nullptr) {
+    const size_t need = sparse_prefill_workspace_bytes(p);
+    if (p.workspace_bytes < need)
+      fail(where, "workspace_bytes", str(static_cast<int64_t>(p.workspace_bytes)),
+           ">= " + str(static_cast<int64_t>(need)) + " (sparse_prefill_workspace_bytes for this shape and device)");
+  }
 }
 
 void validate(const MergeAttentionParams& p) {

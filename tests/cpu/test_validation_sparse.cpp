@@ -524,6 +524,8 @@ TEST(SparsePrefillValidation, RejectsEachArgument) {
   EXPECT_TRUE(PrefillRejects([](P& p) { p.out = nullptr; }, "out", "null"));
   EXPECT_TRUE(PrefillRejects([](P& p) { p.max_logits = nullptr; }, "max_logits", "null"));
   EXPECT_TRUE(PrefillRejects([](P& p) { p.lse = Fake<float>(0x600002); }, "lse", "0x600002"));
+  // The workspace's size needs the device's SM count: checked on the GPU (tests/gpu/test_sparse_prefill.cu).
+  EXPECT_TRUE(PrefillRejects([](P& p) { p.workspace = Fake<void>(0x800080); }, "workspace", "0x800080"));
 }
 
 // The other kind of bad value of the same arguments (docs/API.md, "Bad inputs", sparse prefill).

@@ -259,28 +259,41 @@ void run_case(const PrefillCase& c) {
   d_idx.upload(indices.data(), indices.size() * 4);
   if (!lengths.empty()) d_len.upload(lengths.data(), lengths.size() * 4);
   if (!sink.empty()) d_sink.upload(sink.data(), sink.size() * 4);
-  PrefillOutputs got(c.s_q, c.h_q, out_head_stride);
   p.q = d_q.as<uint16_t>();
   p.kv = d_kv.as<uint16_t>();
   p.indices = d_idx.as<int32_t>();
   p.topk_length = lengths.empty() ? nullptr : d_len.as<int32_t>();
   p.attn_sink = sink.empty() ? nullptr : d_sink.as<float>();
-  got.attach(p);
-  hmla::sparse_prefill_run(p, nullptr);
-  HMLA_TEST_CUDA_CHECK(cudaDeviceSynchronize());
-  got.download();
 
-  Comparison cmp;
-  for (int i = 0; i < n_check; ++i) {
-    const int64_t s = checked[i];
-    const int64_t sh = s * c.h_q, rh = static_cast<int64_t>(i) * c.h_q;
-    cmp.token("token " + std::to_string(s), c.h_q, got.out.data() + s * out_token_stride, out_head_stride,
-              got.lse.data() + sh, got.max_logits.data() + sh, ref_out_f32.data() + rh * 512, ref_lse.data() + rh,
-              ref_max.data() + rh);
+  // Both forms: whole items only (no workspace), and, where the shape has fewer items than SMs, its
+  // items in pieces merged in the kernel (a workspace filled with NaN: the kernel must write every
+  // byte it reads).
+  const size_t workspace_bytes = hmla::sparse_prefill_workspace_bytes(p);
+  DeviceBuffer d_workspace(workspace_bytes);
+  for (const bool cut : {false, true}) {
+    if (cut && workspace_bytes == 0) continue;
+    const std::string form = std::string(c.name) + (cut ? " (items cut)" : " (whole items)");
+    if (cut) HMLA_TEST_CUDA_CHECK(cudaMemset(d_workspace.get(), 0xff, workspace_bytes));
+    p.workspace = cut ? d_workspace.get() : nullptr;
+    p.workspace_bytes = cut ? workspace_bytes : 0;
+    PrefillOutputs got(c.s_q, c.h_q, out_head_stride);
+    got.attach(p);
+    hmla::sparse_prefill_run(p, nullptr);
+    HMLA_TEST_CUDA_CHECK(cudaDeviceSynchronize());
+    got.download();
+
+    Comparison cmp;
+    for (int i = 0; i < n_check; ++i) {
+      const int64_t s = checked[i];
+      const int64_t sh = s * c.h_q, rh = static_cast<int64_t>(i) * c.h_q;
+      cmp.token("token " + std::to_string(s), c.h_q, got.out.data() + s * out_token_stride, out_head_stride,
+                got.lse.data() + sh, got.max_logits.data() + sh, ref_out_f32.data() + rh * 512, ref_lse.data() + rh,
+                ref_max.data() + rh);
+    }
+    got.check_padding(cmp);
+    EXPECT_EQ(cmp.bad, 0) << form << ": " << cmp.bad << " bad values, first: " << cmp.first_bad;
+    EXPECT_LE(cmp.rel(), 4e-3) << form << ": relative L2 error of out";
   }
-  got.check_padding(cmp);
-  EXPECT_EQ(cmp.bad, 0) << c.name << ": " << cmp.bad << " bad values, first: " << cmp.first_bad;
-  EXPECT_LE(cmp.rel(), 4e-3) << c.name << ": relative L2 error of out";
 }
 
 std::vector<PrefillCase> cases() {
@@ -299,6 +312,8 @@ std::vector<PrefillCase> cases() {
       {"d576_h64_s16_all_invalid", 576, 64, 16, 4096, 100, 1.0, Lengths::kNone, Sink::kFinite, false},
       {"d512_h128_s8_all_invalid_lengths", 512, 128, 8, 1, 64, 1.0, Lengths::kRandom, Sink::kPlusInf, false},
       {"d576_h128_s2_topk5000", 576, 128, 2, 131072, 5000, 0.3, Lengths::kNone, Sink::kNone, true},
+      // Two full rounds and a last one of 4 items on 132 SMs (with full rounds nothing is cut).
+      {"d576_h64_s268_topk2048", 576, 64, 268, 8192, 2048, 0.1, Lengths::kRandom, Sink::kFinite, false},
   };
 }
 
@@ -363,7 +378,10 @@ INSTANTIATE_TEST_SUITE_P(
                       PrefillCase{"sanitizer_d576_h100_items", 576, 100, 150, 200, 130, 0.2, Lengths::kRandom,
                                   Sink::kFinite, false},
                       PrefillCase{"sanitizer_d512_h64_items", 512, 64, 300, 90, 64, 0.1, Lengths::kRandom,
-                                  Sink::kNone, true}),
+                                  Sink::kNone, true},
+                      // Fewer items than SMs, each cut into pieces (with a workspace) and merged.
+                      PrefillCase{"sanitizer_d576_h128_pieces", 576, 128, 2, 700, 600, 0.2, Lengths::kRandom,
+                                  Sink::kFinite, false}),
     [](const ::testing::TestParamInfo<PrefillCase>& i) { return i.param.name; });
 
 // Random cases (tests/gpu/fuzz.h): d_qk, h_q 1..128, s_q 1..8 or up to 400 (several items per CTA of
@@ -396,6 +414,43 @@ std::string describe(const PrefillCase& c) {
   return hmla_test::fmt("%s: d_qk=%d h_q=%d s_q=%d s_kv=%d topk=%d invalid=%g lengths=%d sink=%d padded=%d",
                         c.name.c_str(), c.d_qk, c.h_q, c.s_q, c.s_kv, c.topk, c.invalid_rate,
                         static_cast<int>(c.lengths), static_cast<int>(c.sink), c.padded ? 1 : 0);
+}
+
+// A workspace smaller than sparse_prefill_workspace_bytes is an InvalidArgument naming
+// workspace_bytes, checked before anything launches; an exact one is accepted.
+TEST(SparsePrefillWorkspace, TooSmallIsRejected) {
+  hmla::SparsePrefillParams p;
+  p.s_q = 2;  // 4 items of 16 pairs: cut on any GPU of 8 SMs or more
+  p.s_kv = 4096;
+  p.h_q = 128;
+  p.topk = 2048;
+  const size_t need = hmla::sparse_prefill_workspace_bytes(p);
+  ASSERT_GT(need, 0u);
+  DeviceBuffer q(static_cast<size_t>(p.s_q) * p.h_q * p.d_qk * 2), kv(static_cast<size_t>(p.s_kv) * p.d_qk * 2);
+  DeviceBuffer idx(static_cast<size_t>(p.s_q) * p.topk * 4), out(static_cast<size_t>(p.s_q) * p.h_q * 512 * 2);
+  DeviceBuffer lse(static_cast<size_t>(p.s_q) * p.h_q * 4), max_logits(lse.bytes()), ws(need);
+  p.q = q.as<uint16_t>();
+  p.q_token_stride = static_cast<int64_t>(p.h_q) * p.d_qk;
+  p.q_head_stride = p.d_qk;
+  p.kv = kv.as<uint16_t>();
+  p.kv_token_stride = p.d_qk;
+  p.indices = idx.as<int32_t>();
+  p.indices_token_stride = p.topk;
+  p.out = out.as<uint16_t>();
+  p.out_token_stride = static_cast<int64_t>(p.h_q) * 512;
+  p.out_head_stride = 512;
+  p.lse = lse.as<float>();
+  p.max_logits = max_logits.as<float>();
+  p.workspace = ws.get();
+  p.workspace_bytes = need - 1;
+  try {
+    hmla::validate(p);
+    ADD_FAILURE() << "a workspace of " << need - 1 << " bytes was accepted; " << need << " are needed";
+  } catch (const hmla::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("workspace_bytes"), std::string::npos) << e.what();
+  }
+  p.workspace_bytes = need;
+  EXPECT_NO_THROW(hmla::validate(p));
 }
 
 TEST(SparsePrefillFuzz, RandomCasesMatchReference) {

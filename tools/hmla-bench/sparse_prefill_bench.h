@@ -1,5 +1,7 @@
 // hmla-bench: the sparse-prefill family: a bf16 kv tensor, top-k index lists per query token, the
-// timed call and the check of one row. No plan and no workspace.
+// timed call and the check of one row. No plan; the workspace that cuts the last round of items
+// (hmla::sparse_prefill_workspace_bytes; HMLA_BENCH_PREFILL_WHOLE_ITEMS=1 in the environment runs
+// without it, whole items only, for A/B).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,7 +26,7 @@ class SparsePrefillBench : public BenchCase {
   void setup(const RowOptions& opt, cudaStream_t stream) override;
   int input_sets() const override { return sets_; }
   double bytes_per_set() const override { return bytes_per_set_; }
-  size_t workspace_bytes() const override { return 0; }
+  size_t workspace_bytes() const override { return workspace_bytes_; }
   void run(int set, cudaStream_t stream) override;
   double flops() const override;
   double bytes() const override;
@@ -48,6 +50,8 @@ class SparsePrefillBench : public BenchCase {
   // one slot per input set
   Slab q_, kv_, indices_, lengths_dev_, out_, max_logits_, lse_;
   DeviceBuffer sink_dev_;
+  DeviceBuffer workspace_;  // one for every set: the calls are serialised on the stream
+  size_t workspace_bytes_ = 0;
   std::vector<hmla::SparsePrefillParams> params_;
 };
 

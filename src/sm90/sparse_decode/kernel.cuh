@@ -529,9 +529,13 @@ __device__ __forceinline__ void store_output(const KernelParams& p, const Reques
     __nv_bfloat16* dst;
     float factor = inv;
     if (split) {
-      const size_t row = static_cast<size_t>(slot) * p.rows_per_slot + m * Cfg::kBlockM + rows[h];
+      // A prefill piece's slot holds its one head tile.
+      const size_t row = static_cast<size_t>(slot) * p.rows_per_slot + (Cfg::kPrefill ? 0 : m * Cfg::kBlockM) + rows[h];
       dst = static_cast<__nv_bfloat16*>(p.o_accum) + row * Cfg::kHeadDimV + col_base;
-      if (head_valid && write_lse && lane % 4 == 0) p.lse_accum[row] = lse;
+      if (head_valid && write_lse && lane % 4 == 0) {
+        p.lse_accum[row] = lse;
+        if constexpr (Cfg::kPrefill) p.max_accum[row] = any ? row_max[h] * kLn2 : -INFINITY;
+      }
     } else {
       if (head_valid && p.attn_sink != nullptr && any) factor /= 1.f + __expf(p.attn_sink[head] - lse);
       dst = reinterpret_cast<__nv_bfloat16*>(p.out) + q.batch * p.out_batch_stride + q.token * p.out_token_stride +

@@ -58,6 +58,15 @@ struct KernelParams {
   const int32_t* cu_seqlens_q;
   const int32_t* seq_kv_offset;
   const int32_t* seq_kv_len;
+  // Sparse prefill's work units (ItemRounds, src/sm90/sparse_prefill/launch.h): whole items, then,
+  // when tail_pieces > 1, unit tail_first + i is piece i % tail_pieces of item tail_first +
+  // i / tail_pieces. A piece writes its partial rows to slot i of lse_accum, max_accum and o_accum
+  // (rows_per_slot 64); the last piece of an item to count itself on tail_counters merges them.
+  int units;
+  int tail_first;
+  int tail_pieces;
+  float* max_accum;
+  int* tail_counters;
 };
 
 template <SparseCacheLayout kLayout>

@@ -91,6 +91,7 @@ struct SeesawConfig {
     uint64_t a_max;    // A's tile max published (A's 128 threads)
     uint64_t b_max;    // the pair's max published (B's)
     uint64_t p_ready[2];  // [consumer]: its P is in shared memory
+    int merger;           // this CTA's piece was its item's last: it merges (kernel.cuh, merge_pieces)
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage)) + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory plan exceeds the 227 KB per CTA of sm_90");

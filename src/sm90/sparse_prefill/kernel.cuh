@@ -14,6 +14,7 @@
 #include "common/device_attributes.h"
 #include "common/device_primitives.cuh"
 #include "common/launch.h"
+#include "scheduler/merge_math.cuh"
 #include "sm90/sparse_decode/kernel.cuh"
 #include "sm90/sparse_prefill/config.h"
 #include "sm90/sparse_prefill/trace.cuh"
@@ -23,34 +24,51 @@ namespace hmla::sm90::sparse_prefill {
 using sparse_decode::KernelParams;
 using sparse_decode::SparseCacheView;
 
-// One work item: a query token's tile of 64 heads.
+// One work unit: a query token's tile of 64 heads (an item), whole or, in the last round, one piece
+// of its pairs of 64-token tiles (launch.h, ItemRounds). Four fields, live in every role's loop: a
+// piece's slot and first pair are computed from the unit where they are needed (two more fields
+// spilled the consumers' loop state).
 struct Item {
   int token, m;
-  int keys;   // its list's length (topk_length or topk)
-  int pairs;  // pairs of 64-token tiles; the second tile of the last pair may hold no key
+  int keys;   // the item's list length (topk_length or topk)
+  int pairs;  // the unit's pairs; the second tile of the list's last pair may hold no key
 };
 
-__device__ __forceinline__ Item item_of(const KernelParams& p, int w) {
+// A piece's partial-result slot (its index among the pieces), or -1 for a whole item.
+__device__ __forceinline__ int slot_of(const KernelParams& p, int unit) {
+  return p.tail_pieces > 1 && unit >= p.tail_first ? unit - p.tail_first : -1;
+}
+
+// The unit's first pair of its item's list: piece j of k takes pairs [pairs j / k, pairs (j + 1) / k).
+__device__ __forceinline__ int first_pair_of(const KernelParams& p, int unit, int keys) {
+  const int slot = slot_of(p, unit);
+  return slot < 0 ? 0 : (keys + 127) / 128 * (slot % p.tail_pieces) / p.tail_pieces;
+}
+
+__device__ __forceinline__ Item item_of(const KernelParams& p, int unit) {
   Item it;
+  const int slot = slot_of(p, unit);
+  const int w = slot < 0 ? unit : p.tail_first + slot / p.tail_pieces;
   it.token = w / p.num_m_blocks;
   it.m = w - it.token * p.num_m_blocks;
   it.keys = p.work.main_keys(it.token);
-  it.pairs = (it.keys + 127) / 128;
+  const int pairs = (it.keys + 127) / 128;
+  it.pairs = slot < 0 ? pairs : pairs * (slot % p.tail_pieces + 1) / p.tail_pieces - first_pair_of(p, unit, it.keys);
   return it;
 }
 
-__device__ __forceinline__ int items_of(const KernelParams& p) { return p.requests * p.num_m_blocks; }
+__device__ __forceinline__ int units_of(const KernelParams& p) { return p.units; }
 
-// The item after w in this CTA's order (one with no key past the last). Every role reads it at the
+// The unit after w in this CTA's order (one with no key past the last). Every role reads it at the
 // top of w's loop body, so that its length's load overlaps w's work.
 __device__ __forceinline__ Item next_item_of(const KernelParams& p, int w) {
   const int next = w + static_cast<int>(gridDim.x);
-  return next < items_of(p) ? item_of(p, next) : Item{};
+  return next < units_of(p) ? item_of(p, next) : Item{};
 }
 
-// The first item at or after w (stepping by the grid) that has a key, or -1: only those load Q.
+// The first unit at or after w (stepping by the grid) that has a key, or -1: only those load Q.
 __device__ __forceinline__ int next_item_with_keys(const KernelParams& p, int w) {
-  for (; w < items_of(p); w += gridDim.x)
+  for (; w < units_of(p); w += gridDim.x)
     if (item_of(p, w).pairs > 0) return w;
   return -1;
 }
@@ -187,13 +205,14 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
   const uint32_t buf0 = dev::smem_addr(smem.k[0]), buf1 = dev::smem_addr(smem.k[1]);
   uint32_t n = 0;  // pairs so far: the parity of every K barrier
   Item it = item_of(p, blockIdx.x);
-  for (int w = blockIdx.x; w < items_of(p); w += gridDim.x) {
+  for (int w = blockIdx.x; w < units_of(p); w += gridDim.x) {
     const Item next = next_item_of(p, w);
     const SparseCacheView rows = it.pairs > 0 ? sequence_rows(p, it.token) : SparseCacheView{};
     const int32_t* list = p.indices + static_cast<int64_t>(it.token) * p.indices_batch_stride;
+    const int first_pair = first_pair_of(p, w, it.keys);
     for (int j = 0; j < it.pairs; ++j, ++n) {
       PairCopier<Cfg> c;
-      c.locate(list, it.keys, j, rows, group, piece);
+      c.locate(list, it.keys, first_pair + j, rows, group, piece);
       trace::event(trace::kProducer, n, trace::kProducerTop);
       const uint32_t free_parity = (n & 1) ^ 1;
       // Halves in the order the consumers free them: B's own product (buffer 1's right half) retires
@@ -415,12 +434,90 @@ __device__ __forceinline__ uint64_t read_valid(const typename Cfg::SharedStorage
   return __shfl_sync(0xffffffffu, static_cast<unsigned long long>(bits), 0);
 }
 
+// The end of a piece, both consumers (256 threads): once every thread's partial rows are visible
+// device-wide, the piece counts itself on its item's counter, and the CTA that counts last merges the
+// item's pieces into out, lse and max_logits with the decode combine's math
+// (scheduler/merge_math.cuh: the same LSE reduction, weights, NaN and no-key rules), the sink applied
+// once to the merged row. No CTA waits for another: the pieces that finish earlier leave. A warp
+// merges a head row at a time, lane l columns 16 l .. 16 l + 15 and piece l's weight (pieces <= 32).
+// Called by both consumers after their loops: a piece is always a CTA's last unit, and merging there
+// leaves the loops' registers alone (inside them, the merger's made ptxas spill the loop state).
+template <typename Cfg>
+__device__ void merge_last_piece(typename Cfg::SharedStorage& smem, const KernelParams& p) {
+  const int units = units_of(p), grid = static_cast<int>(gridDim.x), first = static_cast<int>(blockIdx.x);
+  if (first >= units) return;
+  const int last_unit = first + (units - 1 - first) / grid * grid;
+  const int slot = slot_of(p, last_unit);
+  if (slot < 0) return;
+  const Item it = item_of(p, last_unit);
+  const int ctid = threadIdx.x - 128;
+  constexpr int kBarrierMerge = 1;  // finish_item's named barrier of both consumers
+  constexpr int kWarps = 8;
+  const int n = p.tail_pieces;
+  const int cut_item = slot / n;
+  __threadfence();
+  dev::named_barrier_sync(kBarrierMerge, 256);
+  if (ctid == 0) smem.merger = atomicAdd(p.tail_counters + cut_item, 1) == n - 1;
+  dev::named_barrier_sync(kBarrierMerge, 256);
+  if (!smem.merger) return;
+  __threadfence();  // the other pieces' rows, published before their counts, are read after ours
+  const int warp = ctid / 32, lane = ctid % 32;
+  const size_t slot_rows = p.rows_per_slot;
+  for (int r = warp; r < Cfg::kBlockM; r += kWarps) {
+    const int head = it.m * Cfg::kBlockM + r;
+    if (head >= p.h_q) break;
+    const size_t row0 = static_cast<size_t>(cut_item) * n * slot_rows + r;  // piece s: row0 + s slot_rows
+    const auto piece_lse = [&](int s) { return __ldcg(p.lse_accum + row0 + s * slot_rows); };
+    const float lane_lse = lane < n ? piece_lse(lane) : -INFINITY;
+    bool any;
+    const float lse = dev::merged_lse(lane_lse, piece_lse, n, lane, any);
+    float max_logit = lane < n ? __ldcg(p.max_accum + row0 + lane * slot_rows) : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) max_logit = fmaxf(max_logit, __shfl_xor_sync(0xffffffffu, max_logit, o));
+    const float my_weight = lane < n ? dev::piece_weight(lane_lse, lse, any) : 0.f;
+    float acc[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) acc[j] = 0.f;
+    const auto* src = static_cast<const __nv_bfloat16*>(p.o_accum) + row0 * Cfg::kHeadDimV + 16 * lane;
+#pragma unroll 4
+    for (int s = 0; s < n; ++s) {
+      const float w = __shfl_sync(0xffffffffu, my_weight, s);
+      const uint4* at = reinterpret_cast<const uint4*>(src + s * slot_rows * Cfg::kHeadDimV);
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+        float v[8];
+        dev::unpack8<__nv_bfloat16>(__ldcg(at + a), v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[8 * a + j] += w * v[j];
+      }
+    }
+    float factor = 1.f;
+    if (p.attn_sink != nullptr && any) factor = 1.f / (1.f + __expf(p.attn_sink[head] - lse));
+    auto* dst = reinterpret_cast<__nv_bfloat16*>(p.out) + it.token * p.out_batch_stride + head * p.out_head_stride +
+                16 * lane;
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+      uint32_t words[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(acc[8 * a + 2 * j] * factor, acc[8 * a + 2 * j + 1] * factor);
+        words[j] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+      reinterpret_cast<uint4*>(dst)[a] = make_uint4(words[0], words[1], words[2], words[3]);
+    }
+    if (lane == 0) {
+      const int64_t at = it.token * p.lse_batch_stride + head * p.lse_head_stride;
+      p.lse[at] = lse;
+      p.max_logits[at] = max_logit;
+    }
+  }
+}
+
 // The end of an item, both consumers: the denominators of a row are the sum of both consumers'
 // shares (exchanged through shared memory, double-buffered by item parity), then each writes its
-// O half; A also writes lse and max_logits.
+// O half; A also writes lse and max_logits. A piece writes them to its slot (merge_last_piece).
 template <typename Cfg>
 __device__ void finish_item(typename Cfg::SharedStorage& smem, const KernelParams& p, Consumer<Cfg>& c,
-                            const Item& it, int parity, int consumer) {
+                            const Item& it, int unit, int parity, int consumer) {
   constexpr int kBarrierSums = 1;  // named barrier of both consumers (0 is __syncthreads)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -435,7 +532,8 @@ __device__ void finish_item(typename Cfg::SharedStorage& smem, const KernelParam
   sparse_decode::Request q{};
   q.batch = it.token;
   q.token = 0;
-  sparse_decode::store_output<Cfg>(p, q, it.m, c.tOrO, c.rows, sum, c.row_m, false, 0,
+  const int slot = slot_of(p, unit);
+  sparse_decode::store_output<Cfg>(p, q, it.m, c.tOrO, c.rows, sum, c.row_m, slot >= 0, slot,
                                    consumer * (Cfg::kHeadDimV / 2), consumer == 0, c.lane);
 }
 
@@ -471,7 +569,7 @@ __device__ void consumer_a_loop(typename Cfg::SharedStorage& smem, const KernelP
   uint32_t n = 0, q_parity = 0;
   int items = 0;
   Item it = item_of(p, blockIdx.x);
-  for (int w = blockIdx.x; w < items_of(p); w += gridDim.x, ++items) {
+  for (int w = blockIdx.x; w < units_of(p); w += gridDim.x, ++items) {
     // The next item's length loads while this one runs.
     const Item next = next_item_of(p, w);
     const int next_q = ctid == 0 && it.pairs > 0 ? next_item_with_keys(p, w + gridDim.x) : -1;
@@ -533,9 +631,10 @@ __device__ void consumer_a_loop(typename Cfg::SharedStorage& smem, const KernelP
         }
       }
     }
-    finish_item<Cfg>(smem, p, c, it, items & 1, 0);
+    finish_item<Cfg>(smem, p, c, it, w, items & 1, 0);
     it = next;
   }
+  merge_last_piece<Cfg>(smem, p);
 }
 
 // Consumer B: tiles 2j + 1 (buffer 1), O columns [256, 512).
@@ -552,7 +651,7 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
   uint32_t n = 0, q_parity = 0;
   int items = 0;
   Item it = item_of(p, blockIdx.x);
-  for (int w = blockIdx.x; w < items_of(p); w += gridDim.x, ++items) {
+  for (int w = blockIdx.x; w < units_of(p); w += gridDim.x, ++items) {
     const Item next = next_item_of(p, w);
     c.start_item();
     if (it.pairs > 0) {
@@ -596,9 +695,10 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
         trace::event(trace::kConsumerB, n, trace::kBOtherDone);
       }
     }
-    finish_item<Cfg>(smem, p, c, it, items & 1, 1);
+    finish_item<Cfg>(smem, p, c, it, w, items & 1, 1);
     it = next;
   }
+  merge_last_piece<Cfg>(smem, p);
 }
 
 template <typename Cfg>
@@ -649,17 +749,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 }
 
-// One CTA per SM at most (the plan takes all of shared memory), items round-robin.
+// One CTA per SM at most (the plan takes all of shared memory), units round-robin (ItemRounds).
 template <int kHeadDim>
-void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, cudaStream_t stream) {
+void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int grid, cudaStream_t stream) {
   using Cfg = SeesawConfig<kHeadDim>;
   auto kernel = sparse_prefill_kernel<Cfg>;
   detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
-  const int64_t items = static_cast<int64_t>(params.requests) * params.num_m_blocks;
-  const int64_t sms = detail::current_device_sm_count();
-  const dim3 grid(static_cast<unsigned>(items < sms ? items : sms));
-  detail::launch_after_prerequisites(kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, q_map, params);
-#ifdef HMLA_PREFILL_TRACE
+  detail::launch_after_prerequisites(kernel, dim3(grid), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, q_map, params);
+#ifdef HMLA_PREFILL_TRACE_BUFFER
   // Trace builds only (never in a release build): every call overwrites the file with its timeline.
   // Here, not in launch.cu: the trace buffer is a device symbol of this translation unit.
   if (const char* path = std::getenv("HMLA_TRACE_FILE")) {

@@ -11,10 +11,49 @@
 //     host cannot read the arrays without a synchronisation.
 #include "sm90/sparse_prefill/launch.h"
 
+#include <algorithm>
+
 #include "common/cuda_check.h"
+#include "common/device_attributes.h"
 #include "sm90/sparse_decode/launch.h"
 
 namespace hmla::sm90::sparse_prefill {
+
+namespace {
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+}  // namespace
+
+// The last round costs a whole item's time while it leaves idle the SMs it has no item for. With
+// fewer items than SMs it is the only round (s_q 2 at h_q 128: 4 items on 4 SMs for the whole call):
+// then each item runs as up to 32 pieces of its pairs on as many SMs, and the last piece to finish
+// merges them (the decode combine's math). Measured on an H100 (docs/PERF.md, "The last round cut"):
+// s_q 2 h_q 128 topk 16384 430 -> 85 us, s_q 16 h_q 64 topk 2048 66 -> 44 us. After full rounds
+// (4096 items on 132 SMs: 31 rounds and 4 items, ~3 % of the h_q 64 anchor rows) the merge, one
+// CTA reading up to 32 pieces' rows a warp per row, took about what the cut saved (0.98-1.02 of
+// whole items, within the card's noise), so those rounds stay whole.
+ItemRounds ItemRounds::plan(int s_q, int h_q, int topk, int sms, bool with_workspace) {
+  ItemRounds r;
+  const int items = s_q * ((h_q + 63) / 64);
+  r.grid = std::min(items, sms);
+  r.units = items;
+  const int full_rounds = items / sms;
+  const int last_round = items - full_rounds * sms;
+  const int pairs = (topk + 127) / 128;
+  const int pieces = full_rounds == 0 ? std::min({sms / last_round, kMaxPieces, pairs}) : 0;
+  if (!with_workspace || pieces < 2) return r;
+  r.tail_first = full_rounds * sms;
+  r.tail_items = last_round;
+  r.pieces = pieces;
+  r.units = r.tail_first + last_round * pieces;
+  r.grid = full_rounds > 0 ? sms : last_round * pieces;
+  const size_t rows = static_cast<size_t>(last_round) * pieces * 64;
+  r.counters = 0;
+  r.lse = round_up(sizeof(int) * static_cast<size_t>(last_round));
+  r.max = r.lse + round_up(sizeof(float) * rows);
+  r.o = r.max + round_up(sizeof(float) * rows);
+  r.bytes = r.o + round_up(2 * 512 * rows);
+  return r;
+}
 
 void launch(const SparsePrefillParams& params, cudaStream_t stream) {
   using sparse_decode::KernelParams;
@@ -50,10 +89,26 @@ void launch(const SparsePrefillParams& params, cudaStream_t stream) {
   kp.seq_kv_offset = params.seq_kv_offset;
   kp.seq_kv_len = params.seq_kv_len;
 
+  const ItemRounds rounds = ItemRounds::plan(params.s_q, params.h_q, params.topk, detail::current_device_sm_count(),
+                                             params.workspace != nullptr);
+  kp.units = rounds.units;
+  kp.tail_first = rounds.tail_first;
+  kp.tail_pieces = rounds.pieces;
+  if (rounds.tail_items > 0) {
+    char* ws = static_cast<char*>(params.workspace);
+    kp.tail_counters = reinterpret_cast<int*>(ws + rounds.counters);
+    kp.lse_accum = reinterpret_cast<float*>(ws + rounds.lse);
+    kp.max_accum = reinterpret_cast<float*>(ws + rounds.max);
+    kp.o_accum = ws + rounds.o;
+    kp.rows_per_slot = 64;
+    // Each cut item's pieces count themselves on its counter; the last one merges.
+    HMLA_CUDA_CHECK(cudaMemsetAsync(kp.tail_counters, 0, sizeof(int) * rounds.tail_items, stream));
+  }
+
   if (params.d_qk == 576)
-    launch_kernel<576>(q_map, kp, stream);
+    launch_kernel<576>(q_map, kp, rounds.grid, stream);
   else
-    launch_kernel<512>(q_map, kp, stream);
+    launch_kernel<512>(q_map, kp, rounds.grid, stream);
   HMLA_CUDA_CHECK(cudaGetLastError());
 }
 
