@@ -110,6 +110,12 @@ struct ConfigT {
   // The producers hold a tile's loads (~84 registers) and more: at 144, MODEL1's producer spilled a
   // register; the helper keeps 64 x 256 of O (128) and little else, so it gives 8 to them.
   static constexpr int kProducerRegs = 152;
+  // S is issued as batches of 4 k-steps (9 for V3.2, 8 for MODEL1), each retired before the next is
+  // issued: 5-8 % faster on the wide rows than one batch of all 36 or 32 (H100, docs/PERF.md "S in
+  // batches"), although the scorer's S takes longer. S with its Q operand from registers (half
+  // the shared-memory reads, the same tensor time) was 2-6 % slower, so what the gaps give the
+  // producers is not shared-memory bandwidth; what it is remains unmeasured.
+  static constexpr int kScoreKStepsPerBatch = 4;
   static constexpr int kScorerRegs = 192;
   static constexpr int kHelperRegs = 160;
   static_assert(kProducerRegs + kScorerRegs + kHelperRegs <= 3 * kLaunchRegs, "setmaxnreg: more registers than the CTA has");
@@ -186,6 +192,7 @@ struct NarrowConfigT {
   // no split of the registers holds two tiles without spilling (ptxas: 76-108 bytes at 144-152 for
   // the producers), so they hold one.
   static constexpr int kTilesInRegisters = kHeads == 16 ? 2 : 1;
+  static constexpr int kScoreKStepsPerBatch = 0;  // S^T as one batch (see ConfigT)
   static constexpr int kProducerRegs = kTilesInRegisters == 2 ? 160 : 128;
   static constexpr int kConsumerRegs = 3 * kLaunchRegs - 2 * kProducerRegs;
   static_assert(kConsumerRegs % 8 == 0 && kConsumerRegs <= 256, "setmaxnreg: a multiple of 8, at most 256");

@@ -586,9 +586,26 @@ __device__ __forceinline__ void issue_mma_batch(Mma& mma, const TA& a, const TB&
   warpgroup_commit_batch();
 }
 
-template <typename Mma, typename TA, typename TB, typename TC>
+// S = Q K^T (narrow form: S^T = K Q^T), committed as batches of kKStepsPerBatch k-steps, each
+// retired before the next is issued (0: one batch of all k-steps); the last batch is left in flight.
+// Why batches: config.h, kScoreKStepsPerBatch.
+template <int kKStepsPerBatch, typename Mma, typename TA, typename TB, typename TC>
 __device__ __forceinline__ void issue_scores(Mma& mma, const TA& a, const TB& b, TC& acc) {
-  issue_mma_batch<true>(mma, a, b, acc);
+  constexpr int kAll = decltype(size<2>(a))::value;
+  constexpr int kBatch = kKStepsPerBatch > 0 && kKStepsPerBatch < kAll ? kKStepsPerBatch : kAll;
+  warpgroup_fence_operand(acc);
+  mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k0 = 0; k0 < kAll; k0 += kBatch) {
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int k = k0; k < k0 + kBatch && k < kAll; ++k) {
+      gemm(mma, a(_, _, k), b(_, _, k), acc);
+      mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    if (k0 + kBatch < kAll) warpgroup_wait<0>();
+  }
 }
 
 // The state both consumer warpgroups keep: the MMA of O and its fragment, this thread's rows.
@@ -700,7 +717,7 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
         // it through the async one. The proxy fence is the consumers', after the barrier: in the
         // producers its MEMBAR waited for the next tile's loads, issued during the stores.
         dev::fence_proxy_async_smem();
-        issue_scores(mma_s, tSrQ, tSrK, tSrS);
+        issue_scores<Cfg::kScoreKStepsPerBatch>(mma_s, tSrQ, tSrK, tSrS);
         wait_scores(tSrS, c.tOrO);
         // Q is read by S only: once the request's last S is done, the next request's Q loads while
         // this one's softmax, P V and epilogue run.

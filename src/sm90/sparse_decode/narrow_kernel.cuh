@@ -91,7 +91,7 @@ __device__ void narrow_consumer_loop(typename Cfg::SharedStorage& smem, const Ke
         release_previous_stage<Cfg>(smem, stage, u > q.u0);
         dev::mbar_wait(&smem.k_full[stage], phase);
         dev::fence_proxy_async_smem();  // the producers' st.shared, read by wgmma (kernel.cuh says why here)
-        issue_scores(mma_s, tSrK, tSrQ, tSrS);
+        issue_scores<Cfg::kScoreKStepsPerBatch>(mma_s, tSrK, tSrQ, tSrS);
         wait_scores(tSrS, tOrO);
         if (last && r < meta.end_req) {
           if (ctid == 0) {
