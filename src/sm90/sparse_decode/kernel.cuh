@@ -570,31 +570,17 @@ __device__ __forceinline__ void store_output(const KernelParams& p, const Reques
   }
 }
 
-// acc (+)= A B^T over all k-steps of the fragments, issued and committed as one wgmma batch (not
-// waited for); kClear starts the accumulator from zero. Every product of the sparse kernels: the wide
-// form's S = Q K^T and O += P V, the narrow form's S^T = K Q^T and O^T += V^T P^T, the prefill's.
-template <bool kClear, typename Mma, typename TA, typename TB, typename TC>
+// acc (+)= A B^T over all k-steps of the fragments, kClear starting the accumulator from zero. Every
+// product of the sparse kernels: the wide form's S = Q K^T and O += P V, the narrow form's
+// S^T = K Q^T and O^T += V^T P^T, the prefill's. Committed as batches of kKStepsPerBatch k-steps,
+// each retired before the next is issued (0: one batch of all k-steps); the last batch is left in
+// flight. Why S is batched: config.h, kScoreKStepsPerBatch.
+template <bool kClear, int kKStepsPerBatch = 0, typename Mma, typename TA, typename TB, typename TC>
 __device__ __forceinline__ void issue_mma_batch(Mma& mma, const TA& a, const TB& b, TC& acc) {
-  warpgroup_fence_operand(acc);
-  warpgroup_arrive();
-  mma.accumulate_ = kClear ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    gemm(mma, a(_, _, k), b(_, _, k), acc);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-}
-
-// S = Q K^T (narrow form: S^T = K Q^T), committed as batches of kKStepsPerBatch k-steps, each
-// retired before the next is issued (0: one batch of all k-steps); the last batch is left in flight.
-// Why batches: config.h, kScoreKStepsPerBatch.
-template <int kKStepsPerBatch, typename Mma, typename TA, typename TB, typename TC>
-__device__ __forceinline__ void issue_scores(Mma& mma, const TA& a, const TB& b, TC& acc) {
   constexpr int kAll = decltype(size<2>(a))::value;
   constexpr int kBatch = kKStepsPerBatch > 0 && kKStepsPerBatch < kAll ? kKStepsPerBatch : kAll;
   warpgroup_fence_operand(acc);
-  mma.accumulate_ = GMMA::ScaleOut::Zero;
+  mma.accumulate_ = kClear ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
   CUTE_UNROLL
   for (int k0 = 0; k0 < kAll; k0 += kBatch) {
     warpgroup_arrive();
@@ -606,6 +592,12 @@ __device__ __forceinline__ void issue_scores(Mma& mma, const TA& a, const TB& b,
     warpgroup_commit_batch();
     if (k0 + kBatch < kAll) warpgroup_wait<0>();
   }
+}
+
+// S = Q K^T (narrow form: S^T = K Q^T) from zero.
+template <int kKStepsPerBatch, typename Mma, typename TA, typename TB, typename TC>
+__device__ __forceinline__ void issue_scores(Mma& mma, const TA& a, const TB& b, TC& acc) {
+  issue_mma_batch<true, kKStepsPerBatch>(mma, a, b, acc);
 }
 
 // The state both consumer warpgroups keep: the MMA of O and its fragment, this thread's rows.
