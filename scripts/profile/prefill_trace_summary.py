@@ -3,7 +3,8 @@
 $HMLA_TRACE_FILE by a -DHMLA_PREFILL_TRACE build) and prints, per traced CTA, where a pair of K tiles
 spends its clocks: every role's events as offsets from consumer A's "S of tile 2j retired" of the same
 pair, each half's release -> landed interval, and the waits. Medians (p10 / p90) over the pairs of the
-steady state (the CTA's first and last item left out).
+steady state (the CTA's first and last item left out), and the period of a whole item and of the pair
+that crosses an item boundary.
 
   prefill_trace_summary.py trace.bin [--pairs-per-item N] [--json out.json] [--grid-only]
 """
@@ -131,6 +132,14 @@ def main():
         add("A waits for 0R after 0L", lambda n: rel(at(c, A, n, 7), at(c, A, n, 6)))
         add("B waits for 1R at its top", lambda n: rel(at(c, B, n + 1, 1), at(c, B, n + 1, 0)))
         add("B waits for 1L after 1R", lambda n: rel(at(c, B, n + 1, 2), at(c, B, n + 1, 1)))
+        # Whole items of the steady state: what an item costs beyond its pairs (Q's load behind the
+        # last pair's S, the epilogue, the first pair's start) is the item period less the pairs'.
+        per = args.pairs_per_item
+        starts = [k * per for k in range(1, count // per - 1) if (k + 1) * per < count]
+        rows["item period (A's first S retired to the next item's)"] = stats(
+            [rel(at(c, A, s0 + per, 0), at(c, A, s0, 0)) for s0 in starts])
+        rows["item boundary (A's last S retired to the next item's first)"] = stats(
+            [rel(at(c, A, s0 + per, 0), at(c, A, s0 + per - 1, 0)) for s0 in starts])
         report[f"cta{c}"] = {"pairs": count, "sm_ghz": ghz, "rows": rows}
         print(f"CTA {c}: {count} pairs, steady state {lo}..{hi}, SM clock {ghz:.3f} GHz (clk, median [p10, p90])")
         for name, s in rows.items():
