@@ -14,14 +14,15 @@ import statistics
 import struct
 import sys
 
-CTAS, ROLES, PAIRS, EVENTS = 2, 3, 1024, 8
+CTAS, ROLES, PAIRS, EVENTS = 2, 3, 1024, 10
+PAIR_EVENTS = 8  # events of every pair; 8 and 9 only at an item's first / last pair
 PRODUCER, A, B = 0, 1, 2
 NAMES = {
-    PRODUCER: ["top", "free 0L", "free 1R", "free 0R", "free 1L", "issued", "-", "-"],
+    PRODUCER: ["top", "free 0L", "free 1R", "free 0R", "free 1L", "issued", "-", "-", "-", "-"],
     A: ["S(2j) retired", "max sent", "own PV done (0L freed)", "B's max in", "P_B in, PV issued",
-        "P_B V1 done (1L freed)", "next 0L landed", "next 0R landed"],
+        "P_B V1 done (1L freed)", "next 0L landed", "next 0R landed", "Q landed", "epilogue done"],
     B: ["top", "1R landed", "1L landed", "S(2j+1) retired", "A's max in", "own PV done (1R freed)",
-        "P_A in, PV issued", "P_A V0 done (0R freed)"],
+        "P_A in, PV issued", "P_A V0 done (0R freed)", "Q landed", "epilogue done"],
 }
 
 
@@ -117,7 +118,7 @@ def main():
 
         add("pair period (A's S retired to the next)", lambda n: rel(at(c, A, n + 1, 0), at(c, A, n, 0)))
         for role, label in ((A, "A"), (B, "B")):
-            for e in range(EVENTS):
+            for e in range(PAIR_EVENTS):
                 add(f"{label}: {NAMES[role][e]}", lambda n, role=role, e=e: rel(at(c, role, n, e), at(c, A, n, 0)))
         for e in range(6):
             add(f"producer (next pair's refill): {NAMES[PRODUCER][e]}",
@@ -140,6 +141,15 @@ def main():
             [rel(at(c, A, s0 + per, 0), at(c, A, s0, 0)) for s0 in starts])
         rows["item boundary (A's last S retired to the next item's first)"] = stats(
             [rel(at(c, A, s0 + per, 0), at(c, A, s0 + per - 1, 0)) for s0 in starts])
+        # The pair that crosses a boundary, from A's last S of the item: each consumer's last product,
+        # its epilogue, the next item's Q and S.
+        for name, role, pair_off, e in (("A: last product retired", A, -1, 5), ("B: last product retired", B, -1, 7),
+                                        ("A: epilogue done", A, -1, 9), ("B: epilogue done", B, -1, 9),
+                                        ("A: next item's Q landed", A, 0, 8), ("B: next item's Q landed", B, 0, 8),
+                                        ("producer: next item's first pair issued", PRODUCER, 0, 5),
+                                        ("B: next item's S retired", B, 0, 3), ("A: next item's S retired", A, 0, 0)):
+            rows[f"boundary, {name}"] = stats(
+                [rel(at(c, role, s0 + per + pair_off, e), at(c, A, s0 + per - 1, 0)) for s0 in starts])
         report[f"cta{c}"] = {"pairs": count, "sm_ghz": ghz, "rows": rows}
         print(f"CTA {c}: {count} pairs, steady state {lo}..{hi}, SM clock {ghz:.3f} GHz (clk, median [p10, p90])")
         for name, s in rows.items():

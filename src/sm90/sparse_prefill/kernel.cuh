@@ -577,6 +577,7 @@ __device__ void consumer_a_loop(typename Cfg::SharedStorage& smem, const KernelP
     if (it.pairs > 0) {
       dev::mbar_wait(&smem.q_full, q_parity);
       q_parity ^= 1;
+      trace::event(trace::kConsumerA, n, trace::kAQLanded);
       // The first pair's S; later ones are issued at the end of the pair before.
       dev::mbar_wait(&smem.k_ready[0][0], n & 1);
       issue_scores<Cfg, 0, kL, true>(smem, smem.k[0], c.tSrS);
@@ -632,6 +633,7 @@ __device__ void consumer_a_loop(typename Cfg::SharedStorage& smem, const KernelP
       }
     }
     finish_item<Cfg>(smem, p, c, it, w, items & 1, 0);
+    if (it.pairs > 0) trace::event(trace::kConsumerA, n - 1, trace::kAEpilogueDone);
     it = next;
   }
   merge_last_piece<Cfg>(smem, p);
@@ -657,6 +659,7 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
     if (it.pairs > 0) {
       dev::mbar_wait(&smem.q_full, q_parity);
       q_parity ^= 1;
+      trace::event(trace::kConsumerB, n, trace::kBQLanded);
       for (int j = 0; j < it.pairs; ++j, ++n) {
         const uint32_t parity = n & 1;
         trace::event(trace::kConsumerB, n, trace::kBTop);
@@ -696,6 +699,7 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
       }
     }
     finish_item<Cfg>(smem, p, c, it, w, items & 1, 1);
+    if (it.pairs > 0) trace::event(trace::kConsumerB, n - 1, trace::kBEpilogueDone);
     it = next;
   }
   merge_last_piece<Cfg>(smem, p);

@@ -16,7 +16,7 @@ namespace hmla::sm90::sparse_prefill::trace {
 constexpr int kCtas = 2;
 constexpr int kRoles = 3;
 constexpr int kPairs = 1024;  // the CTA's pairs over all its items, in order
-constexpr int kEvents = 8;
+constexpr int kEvents = 10;
 
 enum Role { kProducer = 0, kConsumerA = 1, kConsumerB = 2 };
 
@@ -39,6 +39,8 @@ enum ConsumerAEvent {
   kAOtherDone = 5,   // P_B V_1 retired, buffer 1's left half released
   kANextLeft = 6,    // the next pair's buffer 0 left half landed
   kANextRight = 7,   // its right half landed (the next S issued whole)
+  kAQLanded = 8,     // (an item's first pair) its Q landed
+  kAEpilogueDone = 9,  // (an item's last pair) its O half, lse and max_logits stored
 };
 // Consumer B events of a pair.
 enum ConsumerBEvent {
@@ -50,6 +52,8 @@ enum ConsumerBEvent {
   kBOwnDone = 5,     // P_B V_1 retired, buffer 1's right half released
   kBOtherP = 6,      // A's P received, P_A V_0 issued
   kBOtherDone = 7,   // P_A V_0 retired, buffer 0's right half released
+  kBQLanded = 8,     // (an item's first pair) its Q landed
+  kBEpilogueDone = 9,  // (an item's last pair) its O half stored
 };
 
 constexpr int kMaxGrid = 1024;
