@@ -142,12 +142,12 @@ def main():
         rows["item boundary (A's last S retired to the next item's first)"] = stats(
             [rel(at(c, A, s0 + per, 0), at(c, A, s0 + per - 1, 0)) for s0 in starts])
         # The pair that crosses a boundary, from A's last S of the item: each consumer's last product,
-        # its epilogue, the next item's Q and S.
+        # its epilogue, the next item's Q and S (A's: the "item boundary" row above).
         for name, role, pair_off, e in (("A: last product retired", A, -1, 5), ("B: last product retired", B, -1, 7),
                                         ("A: epilogue done", A, -1, 9), ("B: epilogue done", B, -1, 9),
                                         ("A: next item's Q landed", A, 0, 8), ("B: next item's Q landed", B, 0, 8),
                                         ("producer: next item's first pair issued", PRODUCER, 0, 5),
-                                        ("B: next item's S retired", B, 0, 3), ("A: next item's S retired", A, 0, 0)):
+                                        ("B: next item's S retired", B, 0, 3)):
             rows[f"boundary, {name}"] = stats(
                 [rel(at(c, role, s0 + per + pair_off, e), at(c, A, s0 + per - 1, 0)) for s0 in starts])
         report[f"cta{c}"] = {"pairs": count, "sm_ghz": ghz, "rows": rows}
