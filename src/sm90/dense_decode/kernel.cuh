@@ -19,11 +19,6 @@
 #include "sm90/dense_decode/launch.h"
 #include "sm90/dense_decode/trace.cuh"
 
-#ifdef HMLA_DENSE_TRACE
-#include <cstdio>
-#include <cstdlib>
-#endif
-
 namespace hmla::sm90::dense_decode {
 
 // Work units of a request, as the plan counts them (a length <= 0 is one unit). Written without
@@ -665,15 +660,7 @@ void launch_kernel(const CUtensorMap& q_map, const CUtensorMap& k_map, const Ker
 #ifdef HMLA_DENSE_TRACE
   // Trace builds only (never in a release build): every call overwrites the file with its timeline.
   // Here, not in launch.cu: the trace buffer is a device symbol of this translation unit.
-  if (const char* path = std::getenv("HMLA_TRACE_FILE")) {
-    static trace::Buffer host;
-    HMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    HMLA_CUDA_CHECK(cudaMemcpyFromSymbol(&host, trace::g_buffer, sizeof(host)));
-    if (FILE* f = std::fopen(path, "wb")) {
-      std::fwrite(&host, sizeof(host), 1, f);
-      std::fclose(f);
-    }
-  }
+  dev::timeline::write_trace_file(trace::g_buffer, stream);
 #endif
 }
 

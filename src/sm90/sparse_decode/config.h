@@ -148,9 +148,9 @@ struct ConfigT {
     float row_sum[kBlockM];    // a request's softmax denominator, at its last tile
     float row_max[kBlockM];    // and its running max (log2 domain)
     alignas(16) uint32_t valid[kStages][kProducerWarps];  // bit t of word w: token 16 w + t is a key
-    uint32_t q_absmax[4];  // per scorer warp: the largest |q| bits of the request's Q tile
+    uint32_t q_absmax[8];  // per consumer warp: the largest |q| bits of the request's Q tile
     uint64_t q_full;
-    uint64_t q_converted;  // the scorer's 128 threads, twice per request
+    uint64_t q_converted;  // both consumer warpgroups' 256 threads, twice per request
     uint64_t k_full[kStages];
     uint64_t k_empty[kStages];
   };

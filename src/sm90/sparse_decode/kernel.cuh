@@ -16,6 +16,7 @@
 #include "scheduler/decode_schedule.h"
 #include "sm90/sparse_decode/config.h"
 #include "sm90/sparse_decode/launch.h"
+#include "sm90/sparse_decode/trace.cuh"
 
 namespace hmla::sm90::sparse_decode {
 
@@ -30,7 +31,9 @@ __device__ __forceinline__ int frag_col(int i, int lane) { return 8 * (i / 4) + 
 constexpr int kBarrierPReady = 1;  // the scorer published P and its statistics (both wait)
 // The other warpgroup is done reading them (both wait: the other has nothing to do before the next
 // tile's P anyway, and a one-sided arrive leaves racecheck unable to order the reads before the
-// scorer's next writes). The scorer passes it before every tile but its first, and once at the end.
+// scorer's next writes). The scorer passes it before every tile but its first (before a request's
+// first tile at the request's top, where the helper meets it after its epilogue to convert Q
+// together), and once at the end.
 constexpr int kBarrierPFree = 2;
 
 // What a CTA needs to know of one request (one query token).
@@ -325,7 +328,9 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
       after = cur.pending<Cfg>(p, row0, lane);
       cur.next(p, meta);
     }
+    trace::event(trace::kProducer, n, trace::kProducerWait);
     dev::mbar_wait(&smem.k_empty[stage], ((n / Cfg::kStages) & 1) ^ 1);
+    trace::event(trace::kProducer, n, trace::kProducerFree);
     if (lane == 0) smem.valid[stage][warp] = rows.valid;
     const uint32_t tile = dev::smem_addr(smem.k[stage]);
     // One loop body for every tile, the last one included (its refill has no valid token, so it
@@ -334,6 +339,7 @@ __device__ void producer_loop(typename Cfg::SharedStorage& smem, const KernelPar
     if (!have_next) next.valid = 0u;
     rows.store_and_refill(tile, row0, next, lane);
     dev::mbar_arrive(&smem.k_full[stage]);
+    trace::event(trace::kProducer, n, trace::kProducerFilled);
     have_rows = have_next;
     have_next = have_after;
     if (have_after) next = locate(after);
@@ -420,14 +426,15 @@ __device__ __forceinline__ void issue_q(typename Cfg::SharedStorage& smem, const
 // 2^-k for the k that puts the tile's largest |q| in [2^14, 2^15): every finite q then fits fp16
 // with its 8 significant bits, whatever its magnitude. Returns 2^k, which the scores take back.
 // k = 0 when the tile holds an inf or NaN (they convert as they are and reach the output, as the
-// contract wants) or only zeros. Run by the scorer's 128 threads once the request's Q has landed,
-// before its first S of it. They meet twice on the q_converted mbarrier (phase `phase`, flipped
-// twice): a named barrier of the scorer alone drew racecheck reports on the P statistics, and one
-// shared with the helper warpgroup deadlocks, since the helper's blocking P-free barrier of a
-// request's last tile waits for the scorer's of the next request's first tile.
-template <typename Cfg>
+// contract wants) or only zeros. Run by kThreads threads (ctid 0 .. kThreads - 1: the wide form's
+// two consumer warpgroups, the narrow form's one) once the request's Q has landed, before its
+// first S. They meet twice on the q_converted mbarrier (phase `phase`, flipped twice): a named
+// barrier drew racecheck reports on the P statistics. In the wide form the conversion sits between
+// two requests on the scorer's path to the next S; shared with the helper, which waits there
+// anyway, it costs half: MODEL1's b 128 s_q 2 h 128 topk 128 row 60.9 -> 59.1 us on an H200
+// (docs/PERF.md, "A request's fixed costs").
+template <typename Cfg, int kThreads>
 __device__ float convert_q_to_half(typename Cfg::SharedStorage& smem, int ctid, uint32_t& phase) {
-  constexpr int kThreads = 128;
   constexpr int kVectors = Cfg::kQRows * Cfg::kHeadDim * 2 / 16;
   static_assert(kVectors % kThreads == 0, "whole 16-byte vectors per thread");
   uint4* q = reinterpret_cast<uint4*>(smem.q);
@@ -693,10 +700,15 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
     if (q.tiles > 0) {
       if (q_loaded != r && wtid == 0) issue_q<Cfg>(smem, q_map, p, q, m);
       q_loaded = r;
+      // The helper converts Q with this warpgroup once it is done with the previous tile's P and
+      // its own epilogue: the P-free barrier of this request's first tile is passed here.
+      if (g > 0) dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);
       dev::mbar_wait(&smem.q_full, q_phase);
       q_phase ^= 1;
+      trace::event(trace::kScorer, g, trace::kScorerQLanded);
       float score_scale = p.scale_log2;
-      score_scale *= convert_q_to_half<Cfg>(smem, wtid, conv_phase);
+      score_scale *= convert_q_to_half<Cfg, Cfg::kConsumerThreads>(smem, wtid, conv_phase);
+      trace::event(trace::kScorer, g, trace::kScorerConverted);
       for (int u = q.u0; u < q.u1; ++u, ++g) {
         const int stage = g % Cfg::kStages;
         const uint32_t phase = (g / Cfg::kStages) & 1;
@@ -705,12 +717,14 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
         Tensor tSrK = thr_s.partition_fragment_B(sK);
         release_previous_stage<Cfg>(smem, stage, u > q.u0);
         dev::mbar_wait(&smem.k_full[stage], phase);
+        trace::event(trace::kScorer, g, trace::kScorerFull);
         // The producers fill the stage through the generic proxy (st.shared, cp.async); wgmma reads
         // it through the async one. The proxy fence is the consumers', after the barrier: in the
         // producers its MEMBAR waited for the next tile's loads, issued during the stores.
         dev::fence_proxy_async_smem();
         issue_scores<Cfg::kScoreKStepsPerBatch>(mma_s, tSrQ, tSrK, tSrS);
         wait_scores(tSrS, c.tOrO);
+        trace::event(trace::kScorer, g, trace::kScorerScored);
         // Q is read by S only: once the request's last S is done, the next request's Q loads while
         // this one's softmax, P V and epilogue run.
         if (last && r < meta.end_req) {
@@ -746,7 +760,7 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
         }
         // P and the statistics are single-buffered: the other warpgroup must be done with the
         // previous tile's.
-        if (g > 0) dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);
+        if (u > q.u0) dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);
         CUTE_UNROLL
         for (int i = 0; i < size(tSrS); i += 2) {
           const int h = (i / 2) % 2;
@@ -776,13 +790,17 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
         // Both warpgroups: every row of P (this warpgroup's own P V reads all of them) and the
         // statistics are in shared memory.
         dev::named_barrier_sync(kBarrierPReady, Cfg::kConsumerThreads);
+        trace::event(trace::kScorer, g, trace::kScorerPublished);
         c.multiply(smem, stage, scale);
       }
       c.retire();
       dev::mbar_arrive(&smem.k_empty[(g - 1) % Cfg::kStages]);
+      trace::event(trace::kScorer, g - 1, trace::kScorerRetired);
     }
     store_output<Cfg>(p, q, m, c.tOrO, c.rows, row_l, row_m, split, slot, 0, true, lane);
+    if (q.tiles > 0) trace::event(trace::kScorer, g - 1, trace::kScorerEpilogue);
   }
+  if (wtid == 0) trace::span(1);
   if (g > 0) dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);  // the other's last tile
 }
 
@@ -790,20 +808,32 @@ __device__ void scorer_loop(typename Cfg::SharedStorage& smem, const KernelParam
 template <typename Cfg>
 __device__ void helper_loop(typename Cfg::SharedStorage& smem, const KernelParams& p,
                             const detail::PartMetadata& meta, int m) {
-  Consumer<Cfg> c(threadIdx.x - 128);
+  const int wtid = threadIdx.x - 128;
+  Consumer<Cfg> c(wtid);
   int g = 0;
+  uint32_t q_phase = 0;
+  uint32_t conv_phase = 0;
   for (int r = meta.begin_req; r <= meta.end_req; ++r) {
     const Request q = request_of(p, meta, r);
     const bool split = p.req_num_splits[r] > 1;
     const int slot = split ? p.req_split_base[r] + (r == meta.begin_req ? meta.begin_split_idx : 0) : 0;
     float row_m[2] = {-INFINITY, -INFINITY};
     float row_l[2] = {0.f, 0.f};
+    if (q.tiles > 0) {
+      dev::mbar_wait(&smem.q_full, q_phase);
+      q_phase ^= 1;
+      trace::event(trace::kHelper, g, trace::kHelperQLanded);
+      convert_q_to_half<Cfg, Cfg::kConsumerThreads>(smem, wtid, conv_phase);
+      trace::event(trace::kHelper, g, trace::kHelperConverted);
+    }
+    // After the conversion: O's registers are free while it runs (the helper has only 32 others).
     clear(c.tOrO);
     if (q.tiles > 0) {
       for (int u = q.u0; u < q.u1; ++u, ++g) {
         const int stage = g % Cfg::kStages;
         const bool last = u + 1 == q.u1;
         dev::named_barrier_sync(kBarrierPReady, Cfg::kConsumerThreads);
+        trace::event(trace::kHelper, g, trace::kHelperP);
         dev::fence_proxy_async_smem();  // as the scorer
         float scale[2];
 #pragma unroll
@@ -818,10 +848,15 @@ __device__ void helper_loop(typename Cfg::SharedStorage& smem, const KernelParam
         // This warpgroup's P V must be done before the scorer overwrites P.
         c.retire();
         dev::mbar_arrive(&smem.k_empty[stage]);
-        dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);
+        trace::event(trace::kHelper, g, trace::kHelperRetired);
+        // After a request's last tile, the barrier waits for this warpgroup's epilogue (below), so
+        // that both epilogues run at once and the scorer then meets this warpgroup in Q's conversion.
+        if (!last) dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);
       }
     }
     store_output<Cfg>(p, q, m, c.tOrO, c.rows, row_l, row_m, split, slot, Cfg::kHeadDimV / 2, false, c.lane);
+    if (q.tiles > 0) trace::event(trace::kHelper, g - 1, trace::kHelperEpilogue);
+    if (q.tiles > 0) dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);
   }
 }
 
@@ -852,9 +887,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   dev::pdl_launch_dependents();
   if (threadIdx.x == 0) {
+    trace::span(0);
     dev::tma_prefetch_descriptor(&q_map);
     dev::mbar_init(&smem.q_full, 1);
-    dev::mbar_init(&smem.q_converted, 128);
+    dev::mbar_init(&smem.q_converted, Cfg::kConsumerThreads);
     for (int s = 0; s < Cfg::kStages; ++s) {
       dev::mbar_init(&smem.k_full[s], Cfg::kProducerThreads);
       dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
@@ -890,6 +926,10 @@ void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int num
   detail::set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
   detail::launch_after_prerequisites(kernel, dim3(num_m_blocks, 1, num_sm_parts), dim3(Cfg::kThreads),
                                      Cfg::kSmemBytes, stream, q_map, params);
+#ifdef HMLA_SPARSE_TRACE
+  // Trace builds only: the buffer is a device symbol of this translation unit.
+  dev::timeline::write_trace_file(trace::g_buffer, stream);
+#endif
 }
 
 }  // namespace hmla::sm90::sparse_decode

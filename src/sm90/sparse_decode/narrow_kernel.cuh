@@ -79,7 +79,7 @@ __device__ void narrow_consumer_loop(typename Cfg::SharedStorage& smem, const Ke
       q_loaded = r;
       dev::mbar_wait(&smem.q_full, q_phase);
       q_phase ^= 1;
-      const float score_scale = p.scale_log2 * convert_q_to_half<Cfg>(smem, ctid, conv_phase);
+      const float score_scale = p.scale_log2 * convert_q_to_half<Cfg, Cfg::kConsumerThreads>(smem, ctid, conv_phase);
       for (int u = q.u0; u < q.u1; ++u, ++g) {
         const int stage = g % Cfg::kStages;
         const uint32_t phase = (g / Cfg::kStages) & 1;

@@ -8,8 +8,6 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 
 #include "common/device_attributes.h"
 #include "common/device_primitives.cuh"
@@ -763,15 +761,7 @@ void launch_kernel(const CUtensorMap& q_map, const KernelParams& params, int gri
 #ifdef HMLA_PREFILL_TRACE_BUFFER
   // Trace builds only (never in a release build): every call overwrites the file with its timeline.
   // Here, not in launch.cu: the trace buffer is a device symbol of this translation unit.
-  if (const char* path = std::getenv("HMLA_TRACE_FILE")) {
-    static trace::Buffer host;
-    HMLA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    HMLA_CUDA_CHECK(cudaMemcpyFromSymbol(&host, trace::g_buffer, sizeof(host)));
-    if (FILE* f = std::fopen(path, "wb")) {
-      std::fwrite(&host, sizeof(host), 1, f);
-      std::fclose(f);
-    }
-  }
+  dev::timeline::write_trace_file(trace::g_buffer, stream);
 #endif
 }
 

@@ -1,15 +1,16 @@
 // Timeline of the sparse prefill kernel, compiled in only with -DHMLA_PREFILL_TRACE (CMake option
-// HMLA_PREFILL_TRACE; scripts/gpu_prefill_trace.sh). CTAs 0 and 1 record the SM clock at fixed points
+// HMLA_PREFILL_TRACE; scripts/gpu_trace.sh prefill). CTAs 0 and 1 record the SM clock at fixed points
 // of every pair of K tiles, per role, so that a pair's time splits into its waits and its work and
-// the roles line up against each other (the schedule is docs/SPARSE_PREFILL.md). Stall samples say
-// where warps wait, not in which order; this says both, at the cost of one store per event by one
-// thread per role. The launcher writes the buffer to $HMLA_TRACE_FILE after every call;
+// the roles line up against each other (the schedule is docs/SPARSE_PREFILL.md; common/timeline.cuh).
+// The launcher writes the buffer to $HMLA_TRACE_FILE after every call;
 // scripts/profile/prefill_trace_summary.py reads it. -DHMLA_PREFILL_TRACE_GRID records only every
 // CTA's start and end (no per-pair events, whose code changes the consumers' compilation): how
 // evenly the persistent grid's CTAs finish.
 #pragma once
 
 #include <cstdint>
+
+#include "common/timeline.cuh"
 
 namespace hmla::sm90::sparse_prefill::trace {
 
@@ -61,9 +62,7 @@ constexpr int kMaxGrid = 1024;
 #if defined(HMLA_PREFILL_TRACE) || defined(HMLA_PREFILL_TRACE_GRID)
 #define HMLA_PREFILL_TRACE_BUFFER 1
 struct Buffer {
-  uint32_t clock[kCtas][kRoles][kPairs][kEvents];
-  // Per traced CTA: clock64 and globaltimer (ns) at the start and the end, for the SM clock rate.
-  unsigned long long span[kCtas][4];
+  dev::timeline::Clocks<kCtas, kRoles, kPairs, kEvents> clocks;
   // Every CTA: globaltimer (ns) at its start and its end, and its SM: how evenly the persistent grid's
   // CTAs finish (the kernel ends with the last).
   unsigned long long grid_span[kMaxGrid][3];
@@ -73,18 +72,13 @@ __device__ Buffer g_buffer;
 // Called by every thread of a role; thread 0 of the warpgroup records.
 __device__ __forceinline__ void event(int role, uint32_t pair, int ev) {
 #ifdef HMLA_PREFILL_TRACE
-  if (blockIdx.x < kCtas && pair < kPairs && threadIdx.x % 128 == 0) {
-    uint32_t c;
-    asm volatile("mov.u32 %0, %%clock;" : "=r"(c));
-    g_buffer.clock[blockIdx.x][role][pair][ev] = c;
-  }
+  if (threadIdx.x % 128 == 0) g_buffer.clocks.event(static_cast<int>(blockIdx.x), role, pair, ev);
 #else
   (void)role, (void)pair, (void)ev;
 #endif
 }
 __device__ __forceinline__ void span(int which) {  // 0: start, 1: end; one thread
-  unsigned long long ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  const unsigned long long ns = dev::timeline::global_ns();
   if (blockIdx.x < kMaxGrid) {
     g_buffer.grid_span[blockIdx.x][which] = ns;
     if (which == 0) {
@@ -93,9 +87,7 @@ __device__ __forceinline__ void span(int which) {  // 0: start, 1: end; one thre
       g_buffer.grid_span[blockIdx.x][2] = sm;
     }
   }
-  if (blockIdx.x >= kCtas) return;
-  g_buffer.span[blockIdx.x][2 * which] = clock64();
-  g_buffer.span[blockIdx.x][2 * which + 1] = ns;
+  g_buffer.clocks.mark_span(static_cast<int>(blockIdx.x), which);
 }
 #else
 __device__ __forceinline__ void event(int, uint32_t, int) {}
