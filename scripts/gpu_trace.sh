@@ -10,18 +10,18 @@
 # HMLA_BIN=dir holding a trace build's hmla-bench (cmake -DHMLA_PREFILL_TRACE=ON / -DHMLA_SPARSE_TRACE=ON,
 # or scripts/build_bench_variant.sh NAME --flags -D..., built on the workstation with the same nvcc:
 # then nothing needs to be built or carried but the binary), else build-trace/ is built (carry the
-# CUTLASS headers). Output: $OUT/trace_<row>.bin (prefill), .json, trace.txt.
+# CUTLASS headers). Output: $OUT/trace_<row>.bin, .json, trace.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: scripts/gpu_trace.sh prefill|sparse [ROW ...]}
 shift
 case "$kind" in
   prefill)
-    option=HMLA_PREFILL_TRACE summary=prefill_trace_summary.py keep_bin=1
+    option=HMLA_PREFILL_TRACE summary=prefill_trace_summary.py
     bench_args=(sparse-prefill --s-q 4096 --topk 2048 --topk-length full)
     [ $# -gt 0 ] || set -- "--h-q 64 --d-qk 576 --s-kv 8192" "--h-q 128 --d-qk 576 --s-kv 65536" ;;
   sparse)
-    option=HMLA_SPARSE_TRACE summary=sparse_trace_summary.py keep_bin=0
+    option=HMLA_SPARSE_TRACE summary=sparse_trace_summary.py
     bench_args=(sparse-decode)
     m1='--layout model1 --b 128 --s-q 2 --s-k 16384 --page 256 --h-q 128'
     [ $# -gt 0 ] || set -- "$m1 --topk 128" "$m1 --topk 128 --extra-topk 512 --extra-page 64" \
@@ -49,7 +49,6 @@ for row in "$@"; do
     --iters 10 > "$OUT/bench_$name.log" 2>&1 || status=1
   tail -n 2 "$OUT/bench_$name.log"
   python3 "scripts/profile/$summary" "$OUT/trace_$name.bin" --json "$OUT/trace_$name.json" || status=1
-  [ "$keep_bin" = 1 ] || rm -f "$OUT/trace_$name.bin"
 done > "$OUT/trace.txt" 2>&1
 cat "$OUT/trace.txt"
 exit $status
