@@ -14,6 +14,8 @@ import statistics
 import struct
 import sys
 
+from timeline import load_clocks, signed_delta
+
 CTAS, ROLES, PAIRS, EVENTS = 2, 3, 1024, 10
 PAIR_EVENTS = 8  # events of every pair; 8 and 9 only at an item's first / last pair
 PRODUCER, A, B = 0, 1, 2
@@ -56,21 +58,12 @@ def print_grid_spread(spans):
 
 
 def load(path):
-    raw = open(path, "rb").read()
-    n = CTAS * ROLES * PAIRS * EVENTS
-    clocks = struct.unpack_from(f"<{n}I", raw, 0)
-    spans = struct.unpack_from(f"<{CTAS * 4}Q", raw, 4 * n)
-
-    def at(c, r, p, e):
-        return clocks[((c * ROLES + r) * PAIRS + p) * EVENTS + e]
-
-    return at, spans
+    return load_clocks(path, CTAS, ROLES, PAIRS, EVENTS)
 
 
 def rel(a, b):
     """a - b on the 32-bit SM clock, as a signed difference."""
-    d = (a - b) & 0xFFFFFFFF
-    return d - (1 << 32) if d >= (1 << 31) else d
+    return signed_delta(b, a)
 
 
 def stats(values):

@@ -10,7 +10,8 @@ request boundaries.
 import argparse
 import json
 import statistics
-import struct
+
+from timeline import load_clocks, signed_delta
 
 CTAS, ROLES, TILES, EVENTS = 2, 3, 2048, 8
 PRODUCER, SCORER, HELPER = 0, 1, 2
@@ -21,13 +22,7 @@ H_Q, H_CONV, H_P, H_RETIRED, H_EPI = 0, 1, 2, 3, 4
 
 
 def load(path):
-    raw = open(path, "rb").read()
-    n = CTAS * ROLES * TILES * EVENTS
-    clocks = struct.unpack_from(f"<{n}I", raw, 0)
-    spans = struct.unpack_from(f"<{CTAS * 4}Q", raw, 4 * n)
-
-    def at(c, r, t, e):
-        return clocks[((c * ROLES + r) * TILES + t) * EVENTS + e]
+    at, spans = load_clocks(path, CTAS, ROLES, TILES, EVENTS)
     return at, [spans[4 * c:4 * c + 4] for c in range(CTAS)]
 
 
@@ -41,10 +36,7 @@ def stats(values):
 
 def delta(a, b):
     """b - a for 32-bit SM clocks (wrapping); None when either was not recorded."""
-    if a == 0 or b == 0:
-        return None
-    d = (b - a) & 0xFFFFFFFF
-    return d - (1 << 32) if d >= 1 << 31 else d
+    return None if a == 0 or b == 0 else signed_delta(a, b)
 
 
 def summarise(at, span, c):

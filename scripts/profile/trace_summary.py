@@ -13,8 +13,9 @@ barrier completes, so the other consumer's wait for P shows up in its next step 
 in o_pwait."""
 import os
 import statistics
-import struct
 import sys
+
+from timeline import load_clocks
 
 CTAS, ROLES, TILES, EVENTS = 2, 3, 2048, 8
 TOP, DRAINED, READY, SCORED, SOFTMAXED, PUBLISHED, ISSUED = range(7)
@@ -22,13 +23,7 @@ P_WAIT, P_ISSUE, P_LANDED = 0, 1, 2
 
 
 def load(path):
-    data = open(path, "rb").read()
-    n = CTAS * ROLES * TILES * EVENTS
-    clocks = struct.unpack_from(f"<{n}I", data, 0)
-    spans = struct.unpack_from(f"<{CTAS * 4}Q", data, 4 * n)
-    def at(c, r, t, e):
-        return clocks[((c * ROLES + r) * TILES + t) * EVENTS + e]
-    return at, spans
+    return load_clocks(path, CTAS, ROLES, TILES, EVENTS)
 
 
 def d(a, b):  # b - a on a wrapping 32-bit clock
