@@ -16,7 +16,7 @@ from timeline import load_clocks, signed_delta
 CTAS, ROLES, TILES, EVENTS = 2, 3, 2048, 8
 PRODUCER, SCORER, HELPER = 0, 1, 2
 # Event numbers, as in trace.cuh.
-P_WAIT, P_FREE, P_FILLED = 0, 1, 2
+P_WAIT, P_FREE, P_FILLED, P_Q, P_CONV = 0, 1, 2, 3, 4
 S_Q, S_CONV, S_FULL, S_SCORED, S_PUB, S_RETIRED, S_EPI = 0, 1, 2, 3, 4, 5, 6
 H_Q, H_CONV, H_P, H_RETIRED, H_EPI = 0, 1, 2, 3, 4
 
@@ -69,6 +69,8 @@ def summarise(at, span, c):
         ("producer: next request's tile 0 filled", PRODUCER, 0, P_FILLED),
         ("producer: its tile 1 filled", PRODUCER, 1, P_FILLED),
         ("producer: tile 2's stage free", PRODUCER, 2, P_FREE),
+        ("producer: next Q landed (where it converts Q)", PRODUCER, 0, P_Q),
+        ("producer: next Q converted", PRODUCER, 0, P_CONV),
         ("scorer: next Q landed (wait returned)", SCORER, 0, S_Q),
         ("helper: next Q landed", HELPER, 0, H_Q),
         ("scorer: Q converted", SCORER, 0, S_CONV),

@@ -24,6 +24,8 @@ enum ProducerEvent {
   kProducerWait = 0,    // before the wait for the tile's stage to be free
   kProducerFree = 1,    // the stage is free (its stores and the next tile's loads follow)
   kProducerFilled = 2,  // the stage announced full
+  kProducerQLanded = 3,     // (where the producers convert Q: tile g, the request's first) its Q landed
+  kProducerQConverted = 4,  // and converted
 };
 enum ScorerEvent {
   kScorerQLanded = 0,     // (a request's first tile) its Q landed
