@@ -27,6 +27,8 @@ def load(path):
 
 
 def stats(values):
+    """Median, p10, p90 of the intervals that were recorded (None: an event missing)."""
+    values = [v for v in values if v is not None]
     if not values:
         return None
     v = sorted(values)
@@ -51,14 +53,13 @@ def summarise(at, span, c):
     if span[c][1] > span[c][0] and span[c][3] > span[c][2]:
         out["clock_ghz"] = (span[c][2] - span[c][0]) / (span[c][3] - span[c][1])
         out["cta_us"] = (span[c][3] - span[c][1]) / 1e3
-    inner = [delta(at(c, SCORER, t - 1, S_SCORED), at(c, SCORER, t, S_SCORED)) for t in range(1, n) if t not in starts]
-    out["tile_period_in_request"] = stats([d for d in inner if d is not None])
-    fills = [delta(at(c, PRODUCER, t - 1, P_FILLED), at(c, PRODUCER, t, P_FILLED)) for t in range(1, n)]
-    out["producer_fill_period"] = stats([d for d in fills if d is not None])
-    waits = [delta(at(c, PRODUCER, t, P_WAIT), at(c, PRODUCER, t, P_FREE)) for t in range(n)]
-    out["producer_wait_for_free_stage"] = stats([d for d in waits if d is not None])
-    full_waits = [delta(at(c, SCORER, t, S_FULL), at(c, SCORER, t, S_SCORED)) for t in range(n)]
-    out["scorer_full_to_scored"] = stats([d for d in full_waits if d is not None])
+    out["tile_period_in_request"] = stats(
+        delta(at(c, SCORER, t - 1, S_SCORED), at(c, SCORER, t, S_SCORED)) for t in range(1, n) if t not in starts)
+    out["producer_fill_period"] = stats(
+        delta(at(c, PRODUCER, t - 1, P_FILLED), at(c, PRODUCER, t, P_FILLED)) for t in range(1, n))
+    out["producer_wait_for_free_stage"] = stats(
+        delta(at(c, PRODUCER, t, P_WAIT), at(c, PRODUCER, t, P_FREE)) for t in range(n))
+    out["scorer_full_to_scored"] = stats(delta(at(c, SCORER, t, S_FULL), at(c, SCORER, t, S_SCORED)) for t in range(n))
     # The boundary between request r (last tile t - 1) and r + 1 (first tile t), from r's last S.
     rows = [
         ("scorer: P published (last tile)", SCORER, -1, S_PUB),
@@ -81,17 +82,11 @@ def summarise(at, span, c):
     ]
     boundary = {}
     for name, role, off, ev in rows:
-        vals = []
-        for t in first:
-            if t == 0 or t - 1 not in last or t + off >= n:
-                continue
-            d = delta(at(c, SCORER, t - 1, S_SCORED), at(c, role, t + off, ev))
-            if d is not None:
-                vals.append(d)
-        boundary[name] = stats(vals)
+        boundary[name] = stats(delta(at(c, SCORER, t - 1, S_SCORED), at(c, role, t + off, ev))
+                               for t in first if t > 0 and t - 1 in last and t + off < n)
     out["boundary"] = boundary
-    periods = [delta(at(c, SCORER, a, S_SCORED), at(c, SCORER, b, S_SCORED)) for a, b in zip(first, first[1:])]
-    out["request_period"] = stats([d for d in periods if d is not None])
+    out["request_period"] = stats(
+        delta(at(c, SCORER, a, S_SCORED), at(c, SCORER, b, S_SCORED)) for a, b in zip(first, first[1:]))
     return out
 
 

@@ -855,8 +855,10 @@ __device__ void helper_loop(typename Cfg::SharedStorage& smem, const KernelParam
       }
     }
     store_output<Cfg>(p, q, m, c.tOrO, c.rows, row_l, row_m, split, slot, Cfg::kHeadDimV / 2, false, c.lane);
-    if (q.tiles > 0) trace::event(trace::kHelper, g - 1, trace::kHelperEpilogue);
-    if (q.tiles > 0) dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);
+    if (q.tiles > 0) {
+      trace::event(trace::kHelper, g - 1, trace::kHelperEpilogue);
+      dev::named_barrier_sync(kBarrierPFree, Cfg::kConsumerThreads);
+    }
   }
 }
 
