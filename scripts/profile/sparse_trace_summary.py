@@ -46,7 +46,9 @@ def summarise(at, span, c):
     if not tiles:
         return None
     n = tiles[-1] + 1
-    first = [t for t in range(n) if at(c, SCORER, t, S_Q) != 0]
+    # A request's first tile: the scorer records Q converted there whoever converted it (its Q wait
+    # is skipped where the producers convert).
+    first = [t for t in range(n) if at(c, SCORER, t, S_CONV) != 0]
     last = [t for t in range(n) if at(c, SCORER, t, S_RETIRED) != 0]
     starts = set(first)
     out = {"tiles": n, "requests": len(first)}
