@@ -46,6 +46,10 @@ mapfile -t commands < <(ninja -C build -t commands hmla-bench | grep -E -- " -c 
 # theirs (replacing members by name would hit the first of two same-named objects, e.g. the
 # dense and sparse decode launch.cu.o).
 archive=" $(ninja -C build -t commands hmla | grep -E -- 'ar qc libhmla\.a ' | tail -n 1 | sed 's/.*ar qc libhmla\.a //; s/ &&.*//') "
+# The translation units compile side by side, one per core (each nvcc of an instantiation file
+# takes a minute or more), each writing its ptxas report to a file of its own.
+parallel=$(nproc)
+members=()
 for cmd in "${commands[@]}"; do
   obj=$(grep -o -- ' -o [^ ]*' <<< "$cmd" | head -n 1 | cut -c5-)
   member=$(echo "$obj" | tr '/' '_')
@@ -55,9 +59,15 @@ for cmd in "${commands[@]}"; do
   cmd=${cmd//-I$root\/src/-I$src_root\/src}
   cmd=${cmd// -c $root\/src\// -c $src_root\/src\/}
   cmd=${cmd// -o $obj/ -o $work\/$member}
-  (cd build && eval "$cmd $flags -Xptxas -v") 2>&1 | grep -E "spill|C75|error" | grep -v " 0 bytes spill" >> "$report" || true
-  [ -f "$work/$member" ] || { echo "compile failed: $member (errors in $report)" >&2; exit 1; }
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+  ( (cd build && eval "$cmd $flags -Xptxas -v") > "$work/$member.log" 2>&1 ) &
+  members+=("$member")
   archive=${archive/ $obj / $work\/$member }
+done
+wait
+for member in "${members[@]}"; do
+  grep -E "spill|C75|error" "$work/$member.log" | grep -v " 0 bytes spill" >> "$report" || true
+  [ -f "$work/$member" ] || { echo "compile failed: $member (errors in $report)" >&2; exit 1; }
 done
 (cd build && rm -f "$work/libhmla.a" && eval "ar qc $work/libhmla.a $archive" && ranlib "$work/libhmla.a")
 # A target's link line from ninja, against the library copy, writing into the work folder.
