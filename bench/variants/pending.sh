@@ -5,11 +5,14 @@
 #   bash bench/variants/pending.sh build   workstation, after scripts/build.sh: bench (and test)
 #                                          binaries of main and of each variant into .deps/next_q,
 #                                          packed with what compare.py needs into .deps/packed
-#   bash bench/variants/pending.sh run     device call (carry .deps/packed; ~8 minutes):
+#   bash bench/variants/pending.sh run [quick]
+#                                          device call (carry .deps/packed; ~8 minutes):
 #        1. decode A/B, best of two, against main's binary on the rows that the Q variants move
 #        2. the decode variants' GPU tests; memcheck and racecheck on the one with a new barrier
 #        3. prefill A/B and the prefill variant's tests
 #        4. a trace of the variant with the producers' conversion (scripts/gpu_trace.sh)
+#      quick: step 1 on three rows (short MODEL1 h 128, V3.2 h 128 and h 16) and the decode tests
+#      without sanitizers, ~3 minutes: for a call that must fit what is left of a session's device time.
 # Then on the workstation: python3 scripts/profile/ab_summary.py on the ab.log in the logs archive
 # if a step was cut before its summary printed.
 set -uo pipefail
@@ -56,11 +59,17 @@ case "${1:-}" in
     prefill_rows=$(printf '%s\n' 'sparse-prefill --s-q 4096 --h-q 64 --d-qk 576 --s-kv 8192 --topk 2048' \
       'sparse-prefill --s-q 4096 --h-q 128 --d-qk 512 --s-kv 65536 --topk 2048' \
       'sparse-prefill --s-q 4096 --h-q 64 --d-qk 512 --s-kv 65536 --topk 2048')
+    quick=0 sanitize='*SparseDecodeSanitizer*'
+    if [ "${2:-}" = quick ]; then
+      quick=1 sanitize=
+      decode_rows=$(printf '%s\n' "$m1 --h-q 128 --topk 128" "$v32 --h-q 128" "$v32 --h-q 16")
+    fi
     status=0
     mkdir -p "$OUT/decode" "$OUT/prefill"
     OUT=$OUT/decode HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=260 HMLA_VARIANT_TEST_TIMEOUT=60 HMLA_SANITIZER_TIMEOUT=50 \
-      HMLA_VARIANT_SANITIZE_pcq1qpf='*SparseDecodeSanitizer*' HMLA_AB_ROWS="$decode_rows" \
+      HMLA_VARIANT_SANITIZE_pcq1qpf="$sanitize" HMLA_AB_ROWS="$decode_rows" \
       bash scripts/gpu_variants.sh .deps/next_q/decode 2>&1 | grep -v "^cur \|^bench_" || status=1
+    [ "$quick" = 0 ] || exit $status
     OUT=$OUT/prefill HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=90 HMLA_VARIANT_TEST_TIMEOUT=90 \
       HMLA_VARIANT_FILTER_pfqpf='*SparsePrefill*' HMLA_AB_ROWS="$prefill_rows" \
       bash scripts/gpu_variants.sh .deps/next_q/prefill 2>&1 | grep -v "^cur \|^bench_" || status=1
@@ -68,5 +77,5 @@ case "${1:-}" in
       tail -n 40
     exit $status
     ;;
-  *) echo "usage: $0 build|run" >&2; exit 2 ;;
+  *) echo "usage: $0 build | run [quick]" >&2; exit 2 ;;
 esac
