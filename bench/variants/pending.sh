@@ -43,6 +43,7 @@ case "${1:-}" in
     done
     scripts/build_bench_variant.sh trace --patch "$variants/$trace_patch" --flags -DHMLA_SPARSE_TRACE
     cp .deps/variants/bench_trace .deps/next_q/trace/hmla-bench
+    nvcc -O2 -std=c++17 -arch=sm_90a -o .deps/next_q/launch_floor scripts/profile/launch_floor.cu
     mkdir -p .deps/compare .deps/anchors
     cp ../shared/anchors/compare/* .deps/compare/ 2>/dev/null || true
     cp ../shared/anchors/flashmla-h200.* .deps/anchors/ 2>/dev/null || true
@@ -66,6 +67,8 @@ case "${1:-}" in
     fi
     status=0
     mkdir -p "$OUT/decode" "$OUT/prefill"
+    # The floor under plan_us (scripts/profile/launch_floor.cu, ~5 s): a second, not a step's worth.
+    [ ! -x .deps/next_q/launch_floor ] || timeout 30 .deps/next_q/launch_floor 2>&1 | tee "$OUT/launch_floor.txt"
     OUT=$OUT/decode HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=260 HMLA_VARIANT_TEST_TIMEOUT=60 HMLA_SANITIZER_TIMEOUT=50 \
       HMLA_VARIANT_SANITIZE_pcq1qpf="$sanitize" HMLA_AB_ROWS="$decode_rows" \
       bash scripts/gpu_variants.sh .deps/next_q/decode 2>&1 | grep -v "^cur \|^bench_" || status=1
