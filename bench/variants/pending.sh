@@ -7,6 +7,7 @@
 #                                          packed with what compare.py needs into .deps/packed
 #   bash bench/variants/pending.sh run [quick]
 #                                          device call (carry .deps/packed; ~8 minutes):
+#        0. the event-timed floor under a one-CTA kernel (scripts/profile/launch_floor.cu; seconds)
 #        1. decode A/B, best of two, against main's binary on the rows that the Q variants move
 #        2. the decode variants' GPU tests; memcheck and racecheck on the one with a new barrier
 #        3. prefill A/B and the prefill variant's tests
