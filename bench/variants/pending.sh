@@ -9,9 +9,9 @@
 #                                          device call (carry .deps/packed; ~8 minutes):
 #        0. the event-timed floor under a one-CTA kernel (scripts/profile/launch_floor.cu; seconds)
 #        1. decode A/B, best of two, against main's binary on the rows that the Q variants move
-#        2. the decode variants' GPU tests; memcheck and racecheck on the one with a new barrier
+#        2. the decode variants' GPU tests; memcheck and racecheck on the late prefetch (lq2)
 #        3. prefill A/B and the prefill variant's tests
-#        4. a trace of the variant with the producers' conversion (scripts/gpu_trace.sh)
+#        4. a trace of the late prefetch (scripts/gpu_trace.sh)
 #      quick: step 1 on three rows (short MODEL1 h 128, V3.2 h 128 and h 16) and the decode tests
 #      without sanitizers, ~3 minutes: for a call that must fit what is left of a session's device time.
 # Then on the workstation: python3 scripts/profile/ab_summary.py on the ab.log in the logs archive
@@ -21,13 +21,14 @@ cd "$(dirname "$0")/../.."
 variants=bench/variants
 # name | patch | build_bench_variant.sh options
 decode=(
-  "qpf|sparse_q_prefetch.patch|"
-  "q1qpf|sparse_q_one_pass_prefetch.patch|--tests"
-  "pcq1qpf|sparse_producers_convert_q_one_pass_prefetch.patch|--tests"
+  "q1p|sparse_q_one_pass.patch|"
+  "q1qpf|sparse_q_one_pass_prefetch.patch|"
+  "lq2|sparse_q_one_pass_late_prefetch.patch|--tests"
+  "lq4|sparse_q_one_pass_late_prefetch.patch|--flags -DHMLA_Q_PREFETCH_TILES_BEFORE_END=4"
 )
 prefill=("pfqpf|prefill_q_prefetch.patch|--tests --only src/sm90/sparse_prefill/instantiate")
 # Built again with -DHMLA_SPARSE_TRACE as .deps/next_q/trace/hmla-bench:
-trace_patch=sparse_producers_convert_q_one_pass_prefetch.patch
+trace_patch=sparse_q_one_pass_late_prefetch.patch
 
 case "${1:-}" in
   build)
@@ -71,7 +72,7 @@ case "${1:-}" in
     # The floor under plan_us (scripts/profile/launch_floor.cu, ~5 s): a second, not a step's worth.
     [ ! -x .deps/next_q/launch_floor ] || timeout 30 .deps/next_q/launch_floor 2>&1 | tee "$OUT/launch_floor.txt"
     OUT=$OUT/decode HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=260 HMLA_VARIANT_TEST_TIMEOUT=60 HMLA_SANITIZER_TIMEOUT=50 \
-      HMLA_VARIANT_SANITIZE_pcq1qpf="$sanitize" HMLA_AB_ROWS="$decode_rows" \
+      HMLA_VARIANT_SANITIZE_lq2="$sanitize" HMLA_AB_ROWS="$decode_rows" \
       bash scripts/gpu_variants.sh .deps/next_q/decode 2>&1 | grep -v "^cur \|^bench_" || status=1
     [ "$quick" = 0 ] || exit $status
     OUT=$OUT/prefill HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=90 HMLA_VARIANT_TEST_TIMEOUT=90 \
