@@ -45,7 +45,8 @@ case "${1:-}" in
     done
     scripts/build_bench_variant.sh trace --patch "$variants/$trace_patch" --flags -DHMLA_SPARSE_TRACE
     cp .deps/variants/bench_trace .deps/next_q/trace/hmla-bench
-    nvcc -O2 -std=c++17 -arch=sm_90a -o .deps/next_q/launch_floor scripts/profile/launch_floor.cu
+    nvcc -O2 -std=c++17 -arch=sm_90a -Iinclude -Itools/hmla-bench -o .deps/next_q/launch_floor \
+      scripts/profile/launch_floor.cu tools/hmla-bench/device_util.cu -lcublas
     mkdir -p .deps/compare .deps/anchors
     cp ../shared/anchors/compare/* .deps/compare/ 2>/dev/null || true
     cp ../shared/anchors/flashmla-h200.* .deps/anchors/ 2>/dev/null || true

@@ -1,31 +1,20 @@
-// The floor under a one-CTA kernel as hmla-bench times it (the plan's plan_us): a spin kernel keeps
-// the GPU busy while the host enqueues "event; kernel; event" pairs, and each pair's elapsed time is
-// the GPU's. Kernels of the plan kernel's shapes that do (almost) nothing, so that the share of
-// plan_us a plan body could ever remove is measured, not assumed: CTA size, dynamic shared memory,
-// the opt-in limit raised to the device's maximum (hmla raises it for every kernel), a preferred
-// carve-out, and one dependent global load and store (the least any plan does).
-//   nvcc -O2 -arch=sm_90a -o launch_floor scripts/profile/launch_floor.cu && ./launch_floor
+// The floor under a one-CTA kernel as hmla-bench times it (the plan's plan_us), through hmla-bench's
+// own timing loop (tools/hmla-bench/timing.h: a spin kernel under the enqueue, "event; call; event"
+// pairs, each pair's elapsed GPU time). Kernels of the plan kernel's shapes that do (almost) nothing,
+// so that the share of plan_us a plan body could ever remove is measured, not assumed: CTA size,
+// dynamic shared memory, the opt-in limit raised to the device's maximum (hmla raises it for every
+// kernel), a preferred carve-out, and one dependent global load and store (the least any plan does).
+//   nvcc -O2 -std=c++17 -arch=sm_90a -Iinclude -Itools/hmla-bench -o launch_floor \
+//     scripts/profile/launch_floor.cu tools/hmla-bench/device_util.cu -lcublas && ./launch_floor
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                                                \
-  do {                                                                                          \
-    cudaError_t err_ = (x);                                                                     \
-    if (err_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
+#include "timing.h"
 
-__global__ void spin(long long cycles) {
-  const long long start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
+#define CHECK HB_CUDA
 
 __global__ void empty_kernel() {}
 
@@ -42,27 +31,12 @@ __global__ void load_store(const int* in, int* out) {
 }
 
 template <typename Launch>
-double median_us(Launch&& launch, cudaStream_t stream, int iters = 200) {
-  for (int i = 0; i < 20; ++i) launch();
-  CHECK(cudaStreamSynchronize(stream));
-  std::vector<cudaEvent_t> ev(2 * iters);
-  for (auto& e : ev) CHECK(cudaEventCreate(&e));
-  spin<<<1, 1, 0, stream>>>(2000LL * 1000 * 20);  // ~10 ms at 2 GHz: the host enqueues under it
-  for (int i = 0; i < iters; ++i) {
-    CHECK(cudaEventRecord(ev[2 * i], stream));
-    launch();
-    CHECK(cudaEventRecord(ev[2 * i + 1], stream));
-  }
-  CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> us(iters);
-  for (int i = 0; i < iters; ++i) {
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    us[i] = ms * 1000.0;
-  }
-  for (auto& e : ev) CHECK(cudaEventDestroy(e));
+double median_us(Launch&& launch, cudaStream_t stream) {
+  hmla_bench::TimingConfig cfg;
+  cfg.iters = 200;
+  std::vector<double> us = hmla_bench::time_calls(cfg, stream, [&](int) { launch(); });
   std::sort(us.begin(), us.end());
-  return us[iters / 2];
+  return us[us.size() / 2];
 }
 
 int main() {
