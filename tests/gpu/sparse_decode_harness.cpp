@@ -445,6 +445,29 @@ bool SparseProblem::plan_and_run(cudaStream_t stream) {
   });
 }
 
+bool SparseProblem::plan_and_run_repeatedly(cudaStream_t stream, int calls) {
+  poison_outputs();
+  const size_t out_bytes = dev_out_.bytes(), lse_bytes = dev_lse_.bytes();
+  DeviceBuffer out_poison(out_bytes), lse_poison(lse_bytes);
+  HMLA_TEST_CUDA_CHECK(cudaMemcpy(out_poison.get(), dev_out_.get(), out_bytes, cudaMemcpyDeviceToDevice));
+  HMLA_TEST_CUDA_CHECK(cudaMemcpy(lse_poison.get(), dev_lse_.get(), lse_bytes, cudaMemcpyDeviceToDevice));
+  const size_t bytes = workspace_bytes();
+  return run_guarded(describe_case(c_) + " (fresh plan every call)", dev_ws_, bytes, stream, [&] {
+    const hmla::SparseDecodeParams p = device_params();
+    for (int call = 0; call < calls; ++call) {
+      if (call > 0) {
+        HMLA_TEST_CUDA_CHECK(cudaMemsetAsync(dev_ws_.get(), 0xff, std::max<size_t>(bytes, 1), stream));
+        HMLA_TEST_CUDA_CHECK(
+            cudaMemcpyAsync(dev_out_.get(), out_poison.get(), out_bytes, cudaMemcpyDeviceToDevice, stream));
+        HMLA_TEST_CUDA_CHECK(
+            cudaMemcpyAsync(dev_lse_.get(), lse_poison.get(), lse_bytes, cudaMemcpyDeviceToDevice, stream));
+      }
+      const hmla::DecodeSchedule sched = hmla::sparse_decode_plan(p, dev_ws_.get(), bytes, stream, c_.num_sms);
+      hmla::sparse_decode_run(p, sched, stream);
+    }
+  });
+}
+
 Outputs SparseProblem::download() const {
   Outputs o;
   o.out.resize(out_layout_.total);

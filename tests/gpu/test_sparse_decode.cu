@@ -145,6 +145,35 @@ TEST(SparseDecodeDeterminism, Batch128Invalid30Percent) {
   expect_two_runs_identical(c);
 }
 
+// A fresh plan before every call, 16 calls in one stream with no host synchronisation: the output
+// of the last must be the reference's and bitwise that of a single call. Split requests in both
+// (the combine reads the plan's split list before its wait), one with the narrow form's 16 heads.
+void expect_fresh_plans_in_one_stream_identical(const SparseCase& c) {
+  SCOPED_TRACE(c.name);
+  SparseProblem p(c);
+  Stream s;
+  ASSERT_TRUE(p.plan_and_run(s.get())) << "single call";
+  const Outputs single = p.download();
+  ASSERT_TRUE(p.plan_and_run_repeatedly(s.get(), 16)) << "16 calls";
+  const Outputs last = p.download();
+  p.check(last, "last of 16 calls, each with a fresh plan");
+  std::string where;
+  EXPECT_TRUE(outputs_bitwise_equal(single, last, &where))
+      << c.name << ": the last of 16 calls differs from a single call at " << where;
+}
+
+TEST(SparseDecodeDeterminism, FreshPlanEveryCallSplitK) {
+  expect_fresh_plans_in_one_stream_identical(
+      sparse_case("Replan_V32_b2_sq1_hq128_topk8192", hmla::SparseCacheLayout::kV32, 2, 1, 128, 8192));
+}
+TEST(SparseDecodeDeterminism, FreshPlanEveryCallNarrowExtraCache) {
+  SparseCase c = with_extra(sparse_case("Replan_MODEL1_b3_sq2_hq16_topk5000_extra",
+                                        hmla::SparseCacheLayout::kModel1, 3, 2, 16, 5000),
+                            64, 300, LengthMode::kMixed);
+  c.sink = SinkMode::kFinite;
+  expect_fresh_plans_in_one_stream_identical(c);
+}
+
 // ------------------------------------------------------------------------------ NaN semantics
 const char* nan_spot_name(NanSpot spot) {
   switch (spot) {

@@ -876,6 +876,29 @@ __device__ __forceinline__ void zero_uncovered_q_rows(typename Cfg::SharedStorag
   dev::fence_proxy_async_smem();
 }
 
+// The prologue both forms share, by every thread: the combine behind this kernel may launch (it
+// waits for this grid itself), then the barriers, Q's descriptor and the uncovered Q rows. Launched
+// with programmatic stream serialisation (as dense decode), so this overlaps the kernel before it;
+// nothing a previous kernel wrote is read before the wait.
+template <typename Cfg>
+__device__ __forceinline__ void kernel_prologue(typename Cfg::SharedStorage& smem, const CUtensorMap* q_map,
+                                                const KernelParams& p) {
+  dev::pdl_launch_dependents();
+  if (threadIdx.x == 0) {
+    dev::tma_prefetch_descriptor(q_map);
+    dev::mbar_init(&smem.q_full, 1);
+    dev::mbar_init(&smem.q_converted, Cfg::kConsumerThreads);
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      dev::mbar_init(&smem.k_full[s], Cfg::kProducerThreads);
+      dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
+    }
+    dev::fence_barrier_init();
+  }
+  zero_uncovered_q_rows<Cfg>(smem, p);
+  dev::pdl_wait_for_prerequisites();
+  __syncthreads();
+}
+
 template <typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sparse_decode_kernel(const __grid_constant__ CUtensorMap q_map, const KernelParams p) {
@@ -887,23 +910,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int m = static_cast<int>(blockIdx.x);
   const int warpgroup = threadIdx.x / 128;
 
-  dev::pdl_launch_dependents();
-  if (threadIdx.x == 0) {
-    trace::span(0);
-    dev::tma_prefetch_descriptor(&q_map);
-    dev::mbar_init(&smem.q_full, 1);
-    dev::mbar_init(&smem.q_converted, Cfg::kConsumerThreads);
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      dev::mbar_init(&smem.k_full[s], Cfg::kProducerThreads);
-      dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
-    }
-    dev::fence_barrier_init();
-  }
-  zero_uncovered_q_rows<Cfg>(smem, p);
-  // Launched with programmatic stream serialisation (as dense decode): nothing a previous kernel wrote
-  // is read before it has completed.
-  dev::pdl_wait_for_prerequisites();
-  __syncthreads();
+  if (threadIdx.x == 0) trace::span(0);
+  kernel_prologue<Cfg>(smem, &q_map, p);
 
   const detail::PartMetadata meta = p.parts[part];
   if (meta.begin_req >= p.requests) return;

@@ -223,20 +223,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw + ((1024u - misalign) & 1023u));
   const int part = static_cast<int>(blockIdx.z);
 
-  dev::pdl_launch_dependents();
-  if (threadIdx.x == 0) {
-    dev::tma_prefetch_descriptor(&q_map);
-    dev::mbar_init(&smem.q_full, 1);
-    dev::mbar_init(&smem.q_converted, Cfg::kConsumerThreads);
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      dev::mbar_init(&smem.k_full[s], Cfg::kProducerThreads);
-      dev::mbar_init(&smem.k_empty[s], Cfg::kConsumerThreads);
-    }
-    dev::fence_barrier_init();
-  }
-  zero_uncovered_q_rows<Cfg>(smem, p);
-  dev::pdl_wait_for_prerequisites();  // as the wide form: nothing a previous kernel wrote is read before
-  __syncthreads();
+  kernel_prologue<Cfg>(smem, &q_map, p);
 
   const detail::PartMetadata meta = p.parts[part];
   if (meta.begin_req >= p.requests) return;
