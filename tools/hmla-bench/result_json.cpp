@@ -74,7 +74,8 @@ std::string timing_text(const RowOptions& ro) {
   return std::string(
              "CUDA events around each hmla::dense_decode_run call (split + combine; plan built once before "
              "timing) or hmla::sparse_decode_run call (plan built once before timing; plan_time_us times "
-             "hmla::sparse_decode_plan alone the same way) or hmla::sparse_prefill_run call (nothing to plan), ") +
+             "hmla::sparse_decode_plan alone the same way, plan_cold_us after a 256 MiB write; plan_step_us = median of plan + run minus median of run, "
+             "timed alternately in one loop) or hmla::sparse_prefill_run call (nothing to plan), ") +
          std::to_string(ro.warmup) + " warm-up (repeated for at least " + std::to_string((int)ro.warmup_ms) +
          " ms), median of " + std::to_string(ro.iters) + ", input sets rotated until a pass touches " +
          std::to_string(ro.rotate_min_bytes >> 20) + " MiB" +

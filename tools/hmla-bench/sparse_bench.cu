@@ -25,8 +25,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "device_util.h"
 #include "hmla/reference.h"
@@ -332,12 +334,86 @@ void SparseBench::setup(const RowOptions& opt, cudaStream_t stream) {
 // The steady-state call: the attention of one layer, the plan reused.
 void SparseBench::run(int set, cudaStream_t stream) { hmla::sparse_decode_run(params_[set], sched_[set], stream); }
 
-// The plan alone (its GPU time), into set 0's workspace: it writes the same schedule again.
+namespace {
+// A one-warp kernel that returns at once, holding `dynamic smem` bytes of shared memory.
+__global__ void empty_with_smem_kernel() {
+  extern __shared__ int unused_smem[];
+  if (threadIdx.x == 1 && blockDim.x == 0) unused_smem[0] = 0;  // keeps the allocation
+}
+
+// What precedes the attention in the planned calls of the step timing: the plan, or for a
+// diagnostic (HMLA_BENCH_STEP_BEFORE) spin0 / spin10 (a one-thread kernel that returns at once /
+// after 10 us), smemN (empty_with_smem_kernel holding N KiB), event (one more event record) or
+// plan_event (the plan, then an event record).
+class StepPrelude {
+ public:
+  StepPrelude() {
+    const char* env = std::getenv("HMLA_BENCH_STEP_BEFORE");
+    mode_ = env ? env : "plan";
+    HB_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    if (mode_.rfind("smem", 0) == 0) {
+      smem_bytes_ = std::atoi(mode_.c_str() + 4) * 1024;
+      HB_CUDA(cudaFuncSetAttribute(empty_with_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    }
+  }
+  ~StepPrelude() { cudaEventDestroy(event_); }
+  StepPrelude(const StepPrelude&) = delete;
+  StepPrelude& operator=(const StepPrelude&) = delete;
+
+  template <typename Plan>
+  void enqueue(Plan&& plan, cudaStream_t stream) {
+    if (mode_ == "spin0") gpu_spin(0.001, stream);
+    else if (mode_ == "spin10") gpu_spin(10.0, stream);
+    else if (mode_ == "event") HB_CUDA(cudaEventRecord(event_, stream));
+    else if (smem_bytes_ >= 0) empty_with_smem_kernel<<<1, 32, smem_bytes_, stream>>>();
+    else {
+      plan();
+      if (mode_ == "plan_event") HB_CUDA(cudaEventRecord(event_, stream));
+    }
+  }
+
+ private:
+  std::string mode_;
+  int smem_bytes_ = -1;
+  cudaEvent_t event_{};
+};
+}  // namespace
+
+// The plan alone (its GPU time), into set 0's workspace: it writes the same schedule again; then the
+// same after a write of kL2SweepBytes before each call (outside its events), which leaves nothing of
+// the plan's data in the L2, as the layer kernels before it do in an engine. Then what the plan adds
+// to a decoding step: calls alternating between set 0's attention alone and the plan followed by
+// that attention, in one timed loop (the card's drift lands in both), and the difference of their
+// medians. The events' own cost (~1.3 us on an H100) is in plan_us, not in step_us.
 void SparseBench::time_extras(const TimingConfig& cfg, cudaStream_t stream) {
-  std::vector<double> us = time_calls(cfg, stream, [&](int) {
+  auto plan = [&] {
     sched_[0] = hmla::sparse_decode_plan(params_[0], ws_bytes_ ? ws_.at(0) : nullptr, ws_bytes_, stream);
+  };
+  plan_time_ = summarize(time_calls(cfg, stream, [&](int) { plan(); }));
+  {
+    constexpr size_t kL2SweepBytes = size_t(256) << 20;
+    DeviceBuffer sweep(kL2SweepBytes);
+    plan_cold_time_ = summarize(time_calls_after(
+        cfg, stream, [&](int i) { HB_CUDA(cudaMemsetAsync(sweep.get(), i & 0xff, kL2SweepBytes, stream)); },
+        [&](int) { plan(); }));
+    HB_CUDA(cudaStreamSynchronize(stream));
+  }
+
+  TimingConfig paired = cfg;
+  paired.iters = 2 * cfg.iters;
+  std::vector<char> with_plan;  // per call number, warm-up calls included
+  StepPrelude prelude;
+  const std::vector<double> us = time_calls(paired, stream, [&](int i) {
+    with_plan.push_back(static_cast<char>(i % 2));
+    if (i % 2) prelude.enqueue(plan, stream);
+    run(0, stream);
   });
-  plan_time_ = summarize(us);
+  HB_CUDA(cudaStreamSynchronize(stream));
+  std::vector<double> alone, planned;
+  const size_t first_timed = with_plan.size() - us.size();
+  for (size_t k = 0; k < us.size(); ++k) (with_plan[first_timed + k] ? planned : alone).push_back(us[k]);
+  step_alone_ = summarize(alone);
+  step_planned_ = summarize(planned);
 }
 
 void SparseBench::check(const RowOptions& opt, cudaStream_t stream, CheckOutcome& res) {
@@ -466,13 +542,13 @@ std::string SparseBench::shape_cells() const {
 
 std::string SparseBench::extra_header() const {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), " | %7s", "plan_us");
+  std::snprintf(buf, sizeof(buf), " | %7s %7s %7s", "plan_us", "cold_us", "step_us");
   return buf;
 }
 
 std::string SparseBench::extra_cells() const {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), " | %7.2f", plan_time_.median);
+  std::snprintf(buf, sizeof(buf), " | %7.2f %7.2f %7.2f", plan_time_.median, plan_cold_time_.median, plan_step_us());
   return buf;
 }
 
@@ -519,6 +595,10 @@ void SparseBench::json_extras(Json& row) const {
   row["plan_time_us_min"] = plan_time_.min;
   row["plan_time_us_p90"] = plan_time_.p90;
   row["plan_iters"] = plan_time_.count;
+  row["plan_cold_us"] = plan_cold_time_.median;
+  row["plan_step_us"] = plan_step_us();
+  row["step_attention_us"] = step_alone_.median;
+  row["step_planned_us"] = step_planned_.median;
 }
 
 }  // namespace hmla_bench

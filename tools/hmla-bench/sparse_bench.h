@@ -71,7 +71,10 @@ class SparseBench : public BenchCase {
   double unique_tokens_ = 0;  // mean over the sets, main + extra
   size_t ws_bytes_ = 0;
   int num_sm_parts_ = 0, num_m_blocks_ = 0;
-  TimeStats plan_time_;
+  TimeStats plan_time_, plan_cold_time_;  // the plan alone, and right after the L2 was swept
+  // A decoding step's attention with the plan reused, and with a fresh plan before it (time_extras).
+  TimeStats step_alone_, step_planned_;
+  double plan_step_us() const { return step_planned_.median - step_alone_.median; }
   std::vector<float> sink_;
   Slab q_, out_, lse_, ws_;
   DeviceBuffer sink_dev_;

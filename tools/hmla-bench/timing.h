@@ -34,18 +34,23 @@ struct TimingConfig {
   double host_us_per_call = 40.0;  // generous host enqueue cost per call, sizes the spin kernel
 };
 
-// call(i) enqueues call number i (0-based, warm-up calls first) on `stream`.
+// call(i) enqueues call number i (0-based, warm-up calls first) on `stream`; before(i), when given,
+// enqueues untimed work ahead of it (outside its events).
 // Returns the per-call times of the timed calls in microseconds; `sm_mhz`, when given, gets the SM
 // clock measured right after them.
-template <typename Call>
-std::vector<double> time_calls(const TimingConfig& cfg, cudaStream_t stream, Call&& call, double* sm_mhz = nullptr) {
+template <typename Call, typename Before>
+std::vector<double> time_calls_after(const TimingConfig& cfg, cudaStream_t stream, Before&& before, Call&& call,
+                                     double* sm_mhz = nullptr) {
   int calls = 0;
   // Allocated before any call is queued (an allocation may wait for the device).
   std::unique_ptr<SmClockProbe> probe = sm_mhz ? std::make_unique<SmClockProbe>() : nullptr;
   const auto warm_start = std::chrono::steady_clock::now();
   if (cfg.warmup > 0 || cfg.warmup_ms > 0) {
     do {
-      for (int i = 0; i < std::max(1, cfg.warmup); ++i) call(calls++);
+      for (int i = 0; i < std::max(1, cfg.warmup); ++i) {
+        before(calls);
+        call(calls++);
+      }
       HB_CUDA(cudaStreamSynchronize(stream));
     } while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start).count() <
              cfg.warmup_ms);
@@ -56,6 +61,7 @@ std::vector<double> time_calls(const TimingConfig& cfg, cudaStream_t stream, Cal
     gpu_spin(spin, stream);
   }
   for (int i = 0; i < cfg.iters; ++i) {
+    before(calls + i);
     HB_CUDA(cudaEventRecord(events[2 * (size_t)i], stream));
     call(calls + i);
     HB_CUDA(cudaEventRecord(events[2 * (size_t)i + 1], stream));
@@ -72,6 +78,11 @@ std::vector<double> time_calls(const TimingConfig& cfg, cudaStream_t stream, Cal
     us[i] = (double)ms * 1000.0;
   }
   return us;
+}
+
+template <typename Call>
+std::vector<double> time_calls(const TimingConfig& cfg, cudaStream_t stream, Call&& call, double* sm_mhz = nullptr) {
+  return time_calls_after(cfg, stream, [](int) {}, std::forward<Call>(call), sm_mhz);
 }
 
 }  // namespace hmla_bench
