@@ -335,7 +335,7 @@ void SparseBench::setup(const RowOptions& opt, cudaStream_t stream) {
 void SparseBench::run(int set, cudaStream_t stream) { hmla::sparse_decode_run(params_[set], sched_[set], stream); }
 
 namespace {
-// A one-warp kernel that returns at once, holding `dynamic smem` bytes of shared memory.
+// A kernel that returns at once, holding `dynamic smem` bytes of shared memory.
 __global__ void empty_with_smem_kernel() {
   extern __shared__ int unused_smem[];
   if (threadIdx.x == 1 && blockDim.x == 0) unused_smem[0] = 0;  // keeps the allocation
@@ -343,18 +343,21 @@ __global__ void empty_with_smem_kernel() {
 
 // What precedes the attention in the planned calls of the step timing: the plan, or for a
 // diagnostic (HMLA_BENCH_STEP_BEFORE) spin0 / spin10 (a one-thread kernel that returns at once /
-// after 10 us), smemN (empty_with_smem_kernel holding N KiB), event (one more event record) or
-// plan_event (the plan, then an event record).
+// after 10 us), smemN (empty_with_smem_kernel holding N KiB), eT_N (the same with T threads),
+// event (one more event record) or plan_event (the plan, then an event record).
 class StepPrelude {
  public:
   StepPrelude() {
     const char* env = std::getenv("HMLA_BENCH_STEP_BEFORE");
     mode_ = env ? env : "plan";
     HB_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-    if (mode_.rfind("smem", 0) == 0) {
-      smem_bytes_ = std::atoi(mode_.c_str() + 4) * 1024;
-      HB_CUDA(cudaFuncSetAttribute(empty_with_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    if (mode_.rfind("smem", 0) == 0) smem_bytes_ = std::atoi(mode_.c_str() + 4) * 1024;
+    if (mode_.size() > 1 && mode_[0] == 'e' && mode_[1] >= '0' && mode_[1] <= '9') {
+      threads_ = std::atoi(mode_.c_str() + 1);
+      smem_bytes_ = std::atoi(mode_.c_str() + mode_.find('_') + 1) * 1024;
     }
+    if (smem_bytes_ >= 0)
+      HB_CUDA(cudaFuncSetAttribute(empty_with_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   }
   ~StepPrelude() { cudaEventDestroy(event_); }
   StepPrelude(const StepPrelude&) = delete;
@@ -365,7 +368,7 @@ class StepPrelude {
     if (mode_ == "spin0") gpu_spin(0.001, stream);
     else if (mode_ == "spin10") gpu_spin(10.0, stream);
     else if (mode_ == "event") HB_CUDA(cudaEventRecord(event_, stream));
-    else if (smem_bytes_ >= 0) empty_with_smem_kernel<<<1, 32, smem_bytes_, stream>>>();
+    else if (smem_bytes_ >= 0) empty_with_smem_kernel<<<1, threads_, smem_bytes_, stream>>>();
     else {
       plan();
       if (mode_ == "plan_event") HB_CUDA(cudaEventRecord(event_, stream));
@@ -374,7 +377,7 @@ class StepPrelude {
 
  private:
   std::string mode_;
-  int smem_bytes_ = -1;
+  int smem_bytes_ = -1, threads_ = 32;
   cudaEvent_t event_{};
 };
 }  // namespace
