@@ -25,22 +25,19 @@ sparse_rows=("--layout v32 --s-q 1 --b 1 --h-q 16 --topk 2048" "--layout v32 --s
              "--layout model1 --b 128 --s-q 2 --s-k 16384 --page 256 --h-q 128 --topk 128")
 dense_rows=("--b 1 --s-q 1 --h-q 128 --s-k 8192" "--b 8 --s-q 1 --h-q 128 --s-k 8192"
             "--b 32 --s-q 1 --h-q 128 --s-k 8192" "--b 128 --s-q 2 --h-q 64 --s-k 1024")
+# Each bench on one row, the row's first line as printed (or its error).
+time_row() {
+  local family=$1 row=$2 pattern=$3 round=$4 b line
+  for b in "${benches[@]}"; do
+    # shellcheck disable=SC2086
+    line=$(timeout 60 "$b" "$family" $row --no-ceilings --iters 50 2>&1 | grep -E "$pattern|rror" | head -n 1)
+    echo "r$round $(basename "$b") | $line"
+  done
+}
 for round in $(seq "${HMLA_STEP_ROUNDS:-2}"); do
-  for row in "${sparse_rows[@]}"; do
-    for b in "${benches[@]}"; do
-      # shellcheck disable=SC2086
-      line=$(timeout 60 "$b" sparse-decode $row --no-ceilings --iters 50 2>&1 | grep -E '^ *fp8|rror' | head -n 1)
-      echo "r$round $(basename "$b") | $line"
-    done
-  done
+  for row in "${sparse_rows[@]}"; do time_row sparse-decode "$row" '^ *fp8' "$round"; done
   [ "${HMLA_STEP_DENSE:-1}" = 1 ] || continue
-  for row in "${dense_rows[@]}"; do
-    for b in "${benches[@]}"; do
-      # shellcheck disable=SC2086
-      line=$(timeout 60 "$b" dense-decode $row --no-ceilings --iters 50 2>&1 | grep -E '^ *[0-9]+ +[0-9]+ +[0-9]|rror' | head -n 1)
-      echo "r$round $(basename "$b") | $line"
-    done
-  done
+  for row in "${dense_rows[@]}"; do time_row dense-decode "$row" '^ *[0-9]+ +[0-9]+ +[0-9]' "$round"; done
 done | tee "$OUT/rows.txt"
 for t in "$P"/tests_*; do
   [ -x "$t" ] || continue

@@ -169,8 +169,8 @@ class SparseProblem {
   // Poison, fresh 0xff workspace, plan, run, synchronise; false (after a failure) if anything
   // failed.
   bool plan_and_run(cudaStream_t stream);
-  // `calls` times on the stream with no host synchronisation until the last: outputs poisoned and
-  // workspace set to 0xff, a fresh plan, the run. The plan, the attention kernel and the combine of
+  // The same `calls` times on the stream with no host synchronisation until the last: outputs
+  // poisoned and workspace set to 0xff on the stream, a fresh plan, the run. The plan, the attention kernel and the combine of
   // one call overlap by programmatic dependent launch, and the combine reads the plan's split list
   // before its own wait: a combine that read it before the plan completed would see -1 (no split
   // request), merge nothing and leave poisoned rows behind.
