@@ -399,7 +399,6 @@ void SparseBench::time_extras(const TimingConfig& cfg, cudaStream_t stream) {
     plan_cold_time_ = summarize(time_calls_after(
         cfg, stream, [&](int i) { HB_CUDA(cudaMemsetAsync(sweep.get(), i & 0xff, kL2SweepBytes, stream)); },
         [&](int) { plan(); }));
-    HB_CUDA(cudaStreamSynchronize(stream));
   }
 
   TimingConfig paired = cfg;
@@ -411,7 +410,6 @@ void SparseBench::time_extras(const TimingConfig& cfg, cudaStream_t stream) {
     if (i % 2) prelude.enqueue(plan, stream);
     run(0, stream);
   });
-  HB_CUDA(cudaStreamSynchronize(stream));
   std::vector<double> alone, planned;
   const size_t first_timed = with_plan.size() - us.size();
   for (size_t k = 0; k < us.size(); ++k) (with_plan[first_timed + k] ? planned : alone).push_back(us[k]);
