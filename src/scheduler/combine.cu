@@ -53,6 +53,16 @@ __device__ __forceinline__ float sink_factor(const float* attn_sink, int head, f
   return 1.f / (1.f + __expf(attn_sink[head] - lse));
 }
 
+// A CTA with nothing to merge. The spare CTAs retire at once, but the grid must not complete before
+// the attention kernel it follows: a kernel launched after the combine with programmatic dependent
+// launch (an engine's next kernel, or the next decode call) waits for this grid alone, and with no
+// split request every CTA would retire without waiting for the attention, letting that kernel read
+// out and lse while the attention still writes them (measured: the next call's waits returned
+// ~110 us before the attention ended). So the grid's first CTA waits for it before retiring.
+__device__ __forceinline__ void retire_spare_cta() {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) dev::pdl_wait_for_prerequisites();
+}
+
 // Grid: (split request, kv head, query row of that head: token-major). The number of split
 // requests is known only on the device; only real query rows get a CTA (tiles padded to 64 rows
 // would launch 4x more CTAs for h_q = 16, and those idle CTAs cost more than the merge itself).
@@ -62,12 +72,15 @@ __device__ __forceinline__ float sink_factor(const float* attn_sink, int head, f
 //
 // The split list comes from the plan, which finished before the attention kernel started (that
 // launch does not overlap its predecessor), so it is read before waiting for the attention kernel:
-// CTAs without a split request retire at once, and the others know their row's request, pieces
-// and slots before the wait.
+// CTAs without a split request retire at once (retire_spare_cta), and the others know their row's
+// request, pieces and slots before the wait.
 template <typename Element>
 __global__ void __launch_bounds__(kCombineWarps * 32 * kCombineGroups) combine_kernel(CombineParams p) {
   const int count = p.split_list[0];
-  if (static_cast<int>(blockIdx.x) >= count) return;
+  if (static_cast<int>(blockIdx.x) >= count) {
+    retire_spare_cta();
+    return;
+  }
   // Which request, and its pieces, are plan data too: read before the wait, off the merge's chain.
   const int req = p.split_list[1 + blockIdx.x];
   const int n = p.req_num_splits[req];
@@ -148,7 +161,10 @@ __global__ void __launch_bounds__(kRowWarpsPerCta * 32, 4) combine_warp_per_row_
   constexpr int kPrefetched = 2;  // pieces whose rows load beside the LSEs (most rows here have 2-3)
   const int rows_per_req = p.h_kv * p.tiling.s_q * p.tiling.heads_per_kv;
   const int warp = blockIdx.x * kRowWarpsPerCta + threadIdx.x / 32;
-  if (warp >= p.split_list[0] * rows_per_req) return;
+  if (warp >= p.split_list[0] * rows_per_req) {
+    retire_spare_cta();
+    return;
+  }
   const int lane = threadIdx.x % 32;
   const size_t rows_per_slot = static_cast<size_t>(p.h_kv) * p.tiling.num_m_blocks * kTileRows;
   const size_t slot_stride = rows_per_slot * kDv;

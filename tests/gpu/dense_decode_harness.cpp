@@ -412,7 +412,7 @@ size_t DecodeProblem::workspace_bytes() const {
   return hmla::dense_decode_workspace_bytes(c_.batch, c_.s_q, c_.h_q, c_.h_kv, c_.num_sms);
 }
 
-bool DecodeProblem::plan_and_run(cudaStream_t stream) {
+bool DecodeProblem::plan_and_run(cudaStream_t stream, const std::function<void(cudaStream_t)>& after_run) {
   poison_outputs();
   const size_t bytes = workspace_bytes();
   return run_guarded(describe_case(c_), dev_ws_, bytes, stream, [&] {
@@ -420,6 +420,7 @@ bool DecodeProblem::plan_and_run(cudaStream_t stream) {
         hmla::dense_decode_plan(dev_seqlens_.as<int32_t>(), c_.batch, c_.s_q, c_.h_q, c_.h_kv,
                                 dev_ws_.get(), bytes, stream, c_.num_sms);
     hmla::dense_decode_run(device_params(), sched, stream);
+    if (after_run) after_run(stream);
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -137,8 +138,13 @@ class DecodeProblem {
   size_t workspace_bytes() const;
   // The usual sequence: poison, fresh workspace filled with 0xff, plan, run, synchronise, check
   // that nothing failed. Returns false (after adding a failure) if anything threw or CUDA failed.
-  bool plan_and_run(cudaStream_t stream);
+  // after_run (optional): enqueued right after the run, before the synchronisation.
+  bool plan_and_run(cudaStream_t stream, const std::function<void(cudaStream_t)>& after_run = {});
   Outputs download() const;
+  // The whole out and lse allocations (what download() copies) and the workspace of the last plan.
+  const DeviceBuffer& out_buffer() const { return dev_out_; }
+  const DeviceBuffer& lse_buffer() const { return dev_lse_; }
+  void* device_workspace() const { return dev_ws_.get(); }
 
   // Every structural check (no poison left, no NaN/inf, no write outside the logical elements,
   // exact zeros/+inf for rows without keys, out within the convex hull of V, lse within

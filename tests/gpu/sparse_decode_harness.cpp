@@ -434,9 +434,12 @@ void SparseProblem::poison_outputs() {
   dev_lse_.upload(poison_image_.lse.data(), poison_image_.lse.size() * sizeof(float));
 }
 
-bool SparseProblem::plan_and_run(cudaStream_t stream) { return plan_and_run_repeatedly(stream, 1); }
+bool SparseProblem::plan_and_run(cudaStream_t stream, const std::function<void(cudaStream_t)>& after_run) {
+  return plan_and_run_repeatedly(stream, 1, after_run);
+}
 
-bool SparseProblem::plan_and_run_repeatedly(cudaStream_t stream, int calls) {
+bool SparseProblem::plan_and_run_repeatedly(cudaStream_t stream, int calls,
+                                            const std::function<void(cudaStream_t)>& after_run) {
   poison_outputs();
   // The poisoned outputs kept on the device, to restore them on the stream before every later call.
   const size_t out_bytes = dev_out_.bytes(), lse_bytes = dev_lse_.bytes();
@@ -460,6 +463,7 @@ bool SparseProblem::plan_and_run_repeatedly(cudaStream_t stream, int calls) {
       }
       const hmla::DecodeSchedule sched = hmla::sparse_decode_plan(p, dev_ws_.get(), bytes, stream, c_.num_sms);
       hmla::sparse_decode_run(p, sched, stream);
+      if (after_run) after_run(stream);
     }
   });
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -168,14 +169,20 @@ class SparseProblem {
   void poison_outputs();
   // Poison, fresh 0xff workspace, plan, run, synchronise; false (after a failure) if anything
   // failed.
-  bool plan_and_run(cudaStream_t stream);
+  // after_run (optional): enqueued right after each run, before the synchronisation.
+  bool plan_and_run(cudaStream_t stream, const std::function<void(cudaStream_t)>& after_run = {});
   // The same `calls` times on the stream with no host synchronisation until the last: outputs
   // poisoned and workspace set to 0xff on the stream, a fresh plan, the run. The plan, the attention kernel and the combine of
   // one call overlap by programmatic dependent launch, and the combine reads the plan's split list
   // before its own wait: a combine that read it before the plan completed would see -1 (no split
   // request), merge nothing and leave poisoned rows behind.
-  bool plan_and_run_repeatedly(cudaStream_t stream, int calls);
+  bool plan_and_run_repeatedly(cudaStream_t stream, int calls,
+                               const std::function<void(cudaStream_t)>& after_run = {});
   Outputs download() const;
+  // The whole out and lse allocations (what download() copies) and the workspace of the last plan.
+  const DeviceBuffer& out_buffer() const { return dev_out_; }
+  const DeviceBuffer& lse_buffer() const { return dev_lse_; }
+  void* device_workspace() const { return dev_ws_.get(); }
 
   // Structural checks on every query row (every element written, no NaN/inf except where a planted
   // NaN is attended, padding untouched, lonely queries exactly 0 / +inf, |out| <= max|V|, lse
