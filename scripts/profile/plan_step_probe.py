@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Reads the ring of a -DHMLA_STEP_PROBE build (bench/variants/plan_step_probe.patch): lines
+"kind cta start end" on the global timer (ns); kind 1 the plan, 2 an attention warpgroup (its CTA's
+start, its own end), 3 a combine CTA, 4 an attention CTA past griddepcontrol.wait (end = that time),
+16 + 8 tile + event the scorer's first tiles (trace.cuh events); cta = linear block index | SM << 20.
+
+Prints, over the last `--window-ms` of the file (hmla-bench's step loop comes last), for the
+attention launches that follow a plan and for the others, the medians of: the gap from the end of
+the previous attention launch to the plan's start, the plan kernel, the gap from the plan's end to
+the attention's first CTA, the working CTAs' time in griddepcontrol.wait and after it, their whole
+duration, the launch's span (first start to last end), and how many CTAs ran on the SM their block
+index had in the launch before (us). Then, over the whole file, how many consecutive attention
+launches overlapped and how many of the later one's CTAs passed their wait before the earlier one
+ended (the early completion of the combine's grid, docs/PERF.md)."""
+import argparse
+import statistics
+
+PLAN, ATTENTION, COMBINE, WAITED = 1, 2, 3, 4
+NEW_LAUNCH_NS = 3000  # CTAs of one launch start within ~0.2 us of each other; launches >= 15 us apart
+
+
+def read(path):
+    with open(path) as f:
+        return sorted((tuple(int(x) for x in line.split()) for line in f if line.strip()), key=lambda r: r[2])
+
+
+def attention_launches(records):
+    """Groups the attention records (and the waits, by CTA) into launches in time order."""
+    launches, plan_pending = [], None
+    for kind, cta, start, end in records:
+        if kind == PLAN:
+            plan_pending = (start, end)
+        elif kind == ATTENTION:
+            if not launches or start - launches[-1]["first"] >= NEW_LAUNCH_NS:
+                launches.append({"first": start, "ctas": {}, "waited": {}, "plan": plan_pending})
+                plan_pending = None
+            block, sm = cta & 0xFFFFF, cta >> 20
+            c = launches[-1]["ctas"].setdefault(block, [start, end, sm])
+            c[1] = max(c[1], end)
+        elif kind == WAITED:
+            # The latest launch whose CTA of this block started before it and has not waited yet
+            # (launches overlap: a later launch may already have begun).
+            block = cta & 0xFFFFF
+            for launch in reversed(launches):
+                c = launch["ctas"].get(block)
+                if c is not None and c[0] <= end and block not in launch["waited"]:
+                    launch["waited"][block] = end
+                    break
+    return launches
+
+
+def med(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) / 1e3 if values else float("nan")
+
+
+def summarise(launches, window_ns):
+    last = max(max(c[1] for c in l["ctas"].values()) for l in launches)
+    rows = {"after plan": [], "alone": []}
+    for prev, cur in zip(launches, launches[1:]):
+        if cur["first"] < last - window_ns:
+            continue
+        prev_end = max(c[1] for c in prev["ctas"].values())
+        working = {b: c for b, c in cur["ctas"].items() if c[1] - c[0] > 5000}
+        waits = [cur["waited"][b] - c[0] for b, c in working.items() if b in cur["waited"]]
+        after = [c[1] - cur["waited"][b] for b, c in working.items() if b in cur["waited"]]
+        same_sm = sum(1 for b, c in cur["ctas"].items() if b in prev["ctas"] and prev["ctas"][b][2] == c[2])
+        plan = cur["plan"]
+        rows["after plan" if plan else "alone"].append((
+            plan[0] - prev_end if plan else None, plan[1] - plan[0] if plan else None,
+            cur["first"] - plan[1] if plan else cur["first"] - prev_end,
+            statistics.median(waits) if waits else None, statistics.median(after) if after else None,
+            statistics.median(c[1] - c[0] for c in working.values()) if working else None,
+            max(c[1] for c in cur["ctas"].values()) - cur["first"], same_sm * 1e3, len(cur["ctas"]) * 1e3))
+    print("class       n  prev->plan  plan  ->attention  wait  after_wait  cta  span  same_SM/ctas")
+    for name, items in rows.items():
+        if items:
+            m = [med([x[j] for x in items]) for j in range(9)]
+            print(f"{name:10s} {len(items):4d}  {m[0]:9.2f} {m[1]:5.2f} {m[2]:11.2f} {m[3]:5.2f} {m[4]:10.2f} "
+                  f"{m[5]:6.2f} {m[6]:6.2f}  {m[7]:.0f}/{m[8]:.0f}")
+
+
+def overlaps(launches):
+    overlapping = early = 0
+    for prev, cur in zip(launches, launches[1:]):
+        prev_end = max(c[1] for c in prev["ctas"].values())
+        if cur["first"] < prev_end:
+            overlapping += 1
+            if cur["waited"] and min(cur["waited"].values()) < prev_end - 2000:
+                early += 1
+    print(f"{len(launches)} attention launches; {overlapping} began before the one before ended, "
+          f"{early} of them with CTAs past their wait > 2 us before it ended")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("ring", help="the file HMLA_STEP_PROBE_FILE named")
+    parser.add_argument("--window-ms", type=float, default=6.0, help="the step loop: the file's last N ms")
+    args = parser.parse_args()
+    launches = attention_launches(read(args.ring))
+    if len(launches) < 2:
+        print("fewer than two attention launches recorded")
+        return
+    summarise(launches, args.window_ms * 1e6)
+    overlaps(launches)
+
+
+if __name__ == "__main__":
+    main()
