@@ -5,7 +5,7 @@
 // before it only, the combine, so the combine's grid must not complete before the attention kernel's.
 // The cases split no request: the combine has nothing to merge there. When all of its CTAs retired
 // at once, its grid completed before the attention kernel's, and in hmla-bench's loop of calls the
-// next call's attention kernel passed its wait 112-115 us before the previous one ended (H100;
+// next call's attention kernel passed its wait 109-124 us before the previous one ended (H100;
 // docs/PERF.md, "The combine's grid and the kernel after it").
 #include <gtest/gtest.h>
 
