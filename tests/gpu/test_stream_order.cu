@@ -13,6 +13,7 @@
 
 #include <vector>
 
+#include "common/launch.h"
 #include "dense_decode_cases.h"
 #include "dense_decode_harness.h"
 #include "gpu_test_util.h"
@@ -58,19 +59,11 @@ struct SpareOutputs {
     return reinterpret_cast<T*>(spare.as<uint8_t>() + (static_cast<const uint8_t*>(at) - of.as<const uint8_t>()));
   }
 
+  // Launched as hmla launches its own kernels after their prerequisites (common/launch.h).
   void launch_copy(cudaStream_t stream) const {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(264);
-    config.blockDim = dim3(256);
-    config.stream = stream;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    HMLA_TEST_CUDA_CHECK(cudaLaunchKernelEx(&config, copy_after_prerequisites, out.as<const uint8_t>(),
-                                            out_copy.as<uint8_t>(), out.bytes(), lse.as<const uint8_t>(),
-                                            lse_copy.as<uint8_t>(), lse.bytes()));
+    hmla::detail::runtime_launch_after_prerequisites(copy_after_prerequisites, dim3(264), dim3(256), 0, stream,
+                                                     out.as<const uint8_t>(), out_copy.as<uint8_t>(), out.bytes(),
+                                                     lse.as<const uint8_t>(), lse_copy.as<uint8_t>(), lse.bytes());
   }
   Outputs download_copies() const {
     HMLA_TEST_CUDA_CHECK(cudaDeviceSynchronize());
