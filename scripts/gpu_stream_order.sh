@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The decode calls' order against a kernel launched after them with programmatic dependent launch
 # (tests/gpu/test_stream_order.cu), in one device call: the stream-order tests with the combine whose
-# spare CTAs all retired at once (HMLA_OLD: a directory with tests_NAME / bench_NAME built by
-# scripts/build_bench_variant.sh NAME --patch bench/variants/combine_spare_ctas_retire_at_once.patch
-# --only src/scheduler/combine --tests; expected to fail) and with this tree's (expected to pass),
+# spare CTAs all retired at once (HMLA_OLD: a directory with tests_oldcombine / bench_oldcombine built by
+# scripts/build_bench_variant.sh oldcombine --patch bench/variants/combine_spare_ctas_retire_at_once.patch
+# --only src/scheduler/combine --tests; they should fail there, which the tests' first form did not:
+# docs/PERF.md "The combine's grid and the kernel after it") and with this tree's (to pass),
 # the decode suites that run the combine, compute-sanitizer on the new tests, and hmla-bench rows of
 # both builds. Binaries from .deps/bin (this tree, scripts/carry_pack.sh .deps/bin .deps/old).
 set -uo pipefail
@@ -16,7 +17,7 @@ old=${HMLA_OLD:-.deps/old}
 nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader
 status=0
 if [ -x "$old/tests_oldcombine" ]; then
-  echo "== stream order, spare combine CTAs retiring at once (expected to fail)"
+  echo "== stream order, spare combine CTAs retiring at once (should fail)"
   timeout 120 "$old/tests_oldcombine" --gtest_brief=1 --gtest_filter='*StreamOrder*' 2>&1 | grep -E "Failure|differ|PASSED|FAILED" | head -n 8
 fi
 echo "== stream order, this tree"
