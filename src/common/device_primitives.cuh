@@ -12,6 +12,18 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// Declares `name`, a reference to the kernel's shared storage of type `Storage` placed at the first
+// 1024-byte boundary of its dynamic shared memory (the 128-byte swizzle of TMA boxes and wgmma
+// operands repeats every 1024 bytes; the launch asks for sizeof(Storage) + 1024). The array itself is
+// offset: a pointer rebuilt from an integer loses its address space, and every access through it
+// becomes a generic load or store. A macro, not a function: behind a force-inlined function the same
+// lines made nvcc 13.0 emit ~8 KB more machine code for each sparse decode and prefill kernel, whose
+// producers already stall on instruction fetch; as a macro the kernels' code is byte-identical.
+#define HMLA_ALIGNED_SHARED_STORAGE(Storage, name)                       \
+  extern __shared__ char name##_raw[];                                   \
+  const uint32_t name##_misalign = ::hmla::dev::smem_addr(name##_raw) & 1023u; \
+  auto& name = *reinterpret_cast<Storage*>(name##_raw + ((1024u - name##_misalign) & 1023u))
+
 // ---- mbarrier: phase-tracked arrival counters in shared memory ----
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals));

@@ -592,11 +592,7 @@ template <typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     dense_decode_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                         const KernelParams p) {
-  extern __shared__ char smem_raw[];
-  // Round up to 1024 bytes by offsetting the shared array itself: a pointer rebuilt from an integer
-  // loses its address space, and every access through it becomes a generic load or store.
-  const uint32_t misalign = dev::smem_addr(smem_raw) & 1023u;
-  auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw + ((1024u - misalign) & 1023u));
+  HMLA_ALIGNED_SHARED_STORAGE(typename Cfg::SharedStorage, smem);
   // Grid (query tile, kv head, part): the query tiles of one part are neighbours in launch order and
   // stream the same K tiles at the same time, so all but the first find them in L2.
   const int part = blockIdx.z, kv = blockIdx.y, m = blockIdx.x;

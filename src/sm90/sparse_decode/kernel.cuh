@@ -902,9 +902,7 @@ __device__ __forceinline__ void kernel_prologue(typename Cfg::SharedStorage& sme
 template <typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sparse_decode_kernel(const __grid_constant__ CUtensorMap q_map, const KernelParams p) {
-  extern __shared__ char smem_raw[];
-  const uint32_t misalign = dev::smem_addr(smem_raw) & 1023u;
-  auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw + ((1024u - misalign) & 1023u));
+  HMLA_ALIGNED_SHARED_STORAGE(typename Cfg::SharedStorage, smem);
   // blockIdx.x is the head tile, z the plan's part.
   const int part = static_cast<int>(blockIdx.z);
   const int m = static_cast<int>(blockIdx.x);

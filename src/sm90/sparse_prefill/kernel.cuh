@@ -706,9 +706,7 @@ __device__ void consumer_b_loop(typename Cfg::SharedStorage& smem, const KernelP
 template <typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sparse_prefill_kernel(const __grid_constant__ CUtensorMap q_map, const KernelParams p) {
-  extern __shared__ char smem_raw[];
-  const uint32_t misalign = dev::smem_addr(smem_raw) & 1023u;
-  auto& smem = *reinterpret_cast<typename Cfg::SharedStorage*>(smem_raw + ((1024u - misalign) & 1023u));
+  HMLA_ALIGNED_SHARED_STORAGE(typename Cfg::SharedStorage, smem);
   const int warpgroup = threadIdx.x / 128;
 
   dev::pdl_launch_dependents();
