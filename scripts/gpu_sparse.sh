@@ -3,13 +3,13 @@
 # compute-sanitizer on the sanitizer subset, the bench's sparse rows, the Python GPU suite, and
 # ../shared/anchors/compare/compare.py against FlashMLA (copied into .deps/compare, with
 # .deps/anchors). Logs and JSON go to $OUT.
-#   scripts/gpu_sparse.sh [steps]   steps: comma list of tests,densetests,sanitize,bench,compare,dense,python,ab
+#   scripts/gpu_sparse.sh [steps]   steps: comma list of tests,densetests,sanitize,bench,compare,clocks,dense,python,ab
 #                                   (default: tests,sanitize,bench,python,compare; densetests = a dense
 #                                   subset of the GPU suite; dense = compare.py's dense rows too; ab = the
 #                                   bench's sparse rows, this build against HMLA_AB_BASE; more = the NaN,
 #                                   device-value, merge and fuzz suites; merge = the merge op's bench rows;
 #                                   overhead = hmla-host-overhead and bench_overhead.py; prefill = the sparse prefill suite)
-# Steps run in this order: prefill, compare, tests, densetests, more, merge, bench, sanitize, python,
+# Steps run in this order: prefill, compare, clocks, tests, densetests, more, merge, bench, sanitize, python,
 # overhead, ab; the Python package and FlashMLA build in the background from the start.
 # HMLA_COMPARE_ONLY: compare.py's kinds (default sparse_decode; e.g. sparse_decode,sparse_prefill).
 # HMLA_TESTS_FILTER: the gtest filter of `tests` (default *Sparse*:*Fp8Dequant*, prefill included).
@@ -31,14 +31,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 
 # The Python package and FlashMLA build on the CPUs while the C++ build and the GPU tests run.
 py_pid= fm_pid=
-if { has python || has compare || has overhead; } && [ "${HMLA_PY_INSTALLED:-0}" != 1 ]; then
+if { has python || has compare || has clocks || has overhead; } && [ "${HMLA_PY_INSTALLED:-0}" != 1 ]; then
   export PIP_BREAK_SYSTEM_PACKAGES=1
   # Installed into the interpreter, as a user has it: the FlashMLA-style script tests run it in a
   # clean environment.
   python3 -m pip install -q --no-build-isolation --no-deps ./python > "$OUT/python_build.log" 2>&1 &
   py_pid=$!
 fi
-if { has compare || has overhead; } && [ -f .deps/compare/build_flashmla.sh ]; then
+if { has compare || has clocks || has overhead; } && [ -f .deps/compare/build_flashmla.sh ]; then
   bash .deps/compare/build_flashmla.sh /tmp/fm > "$OUT/flashmla_build.log" 2>&1 &
   fm_pid=$!
 fi
@@ -64,10 +64,18 @@ if has compare; then
   echo "== compare.py"
   only=${HMLA_COMPARE_ONLY:-sparse_decode}
   has dense && only=dense,$only
-  wait "$fm_pid" || { tail -n 20 "$OUT/flashmla_build.log"; status=1; }
+  [ -n "$fm_pid" ] && { wait "$fm_pid" || { tail -n 20 "$OUT/flashmla_build.log"; status=1; }; fm_pid=; }
   PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA timeout "${HMLA_COMPARE_TIMEOUT:-400}" python3 .deps/compare/compare.py \
     --out "$OUT/compare" --only "$only" > "$OUT/compare_stdout.log" 2>&1 || status=1
   grep -E "^sparse_decode|^sparse_prefill|^dense_decode|SUMMARY|Error|Traceback" "$OUT/compare_stdout.log" | tail -n 70
+fi
+if has clocks; then
+  echo "== compare.py with each call's SM clock (scripts/profile/compare_clocks.py)"
+  only=${HMLA_COMPARE_ONLY:-sparse_decode}
+  [ -n "$fm_pid" ] && { wait "$fm_pid" || { tail -n 20 "$OUT/flashmla_build.log"; status=1; }; fm_pid=; }
+  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/fm/FlashMLA timeout "${HMLA_COMPARE_TIMEOUT:-400}" python3 scripts/profile/compare_clocks.py \
+    --compare .deps/compare/compare.py --out "$OUT/clocks" --only "$only" > "$OUT/clocks_stdout.log" 2>&1 || status=1
+  grep -E "^sparse_decode|^sparse_prefill|^dense_decode|clocks:|SUMMARY|Error|Traceback" "$OUT/clocks_stdout.log" | tail -n 80
 fi
 if has tests; then
   echo "== gpu tests: sparse decode"

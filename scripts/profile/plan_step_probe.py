@@ -2,20 +2,25 @@
 """Reads the ring of a -DHMLA_STEP_PROBE build (bench/variants/plan_step_probe.patch): lines
 "kind cta start end" on the global timer (ns); kind 1 the plan, 2 an attention warpgroup (its CTA's
 start, its own end), 3 a combine CTA, 4 an attention CTA past griddepcontrol.wait (end = that time),
-16 + 8 tile + event the scorer's first tiles (trace.cuh events); cta = linear block index | SM << 20.
+16 + 8 tile + event the scorer's first tiles (trace.cuh events, start = end); cta = linear block index | SM << 20.
 
 Prints, over the last `--window-ms` of the file (hmla-bench's step loop comes last), for the
 attention launches that follow a plan and for the others, the medians of: the gap from the end of
 the previous attention launch to the plan's start, the plan kernel, the gap from the plan's end to
 the attention's first CTA, the working CTAs' time in griddepcontrol.wait and after it, their whole
 duration, the launch's span (first start to last end), and how many CTAs ran on the SM their block
-index had in the launch before (us). Then, over the whole file, how many consecutive attention
+index had in the launch before (us); and, where the build recorded the scorer's first tiles, the
+working CTAs' time from their wait's end to each of those tiles' S retiring and from the fourth to
+their end (a slow start against a slow steady state). Then, over the whole file, how many consecutive attention
 launches overlapped and how many of the later one's CTAs passed their wait before the earlier one
 ended (the early completion of the combine's grid, docs/PERF.md)."""
 import argparse
 import statistics
 
 PLAN, ATTENTION, COMBINE, WAITED = 1, 2, 3, 4
+TILE_EVENTS = 16          # kind 16 + 8 tile + event: the scorer's tile `tile` reached trace.cuh's `event`
+SCORER_SCORED = 3         # trace.cuh ScorerEvent kScorerScored
+PROBED_TILES = 4
 NEW_LAUNCH_NS = 3000  # CTAs of one launch start within ~0.2 us of each other; launches >= 15 us apart
 
 
@@ -32,7 +37,7 @@ def attention_launches(records):
             plan_pending = (start, end)
         elif kind == ATTENTION:
             if not launches or start - launches[-1]["first"] >= NEW_LAUNCH_NS:
-                launches.append({"first": start, "ctas": {}, "waited": {}, "plan": plan_pending})
+                launches.append({"first": start, "ctas": {}, "waited": {}, "tiles": {}, "plan": plan_pending})
                 plan_pending = None
             block, sm = cta & 0xFFFFF, cta >> 20
             c = launches[-1]["ctas"].setdefault(block, [start, end, sm])
@@ -46,6 +51,14 @@ def attention_launches(records):
                 if c is not None and c[0] <= end and block not in launch["waited"]:
                     launch["waited"][block] = end
                     break
+        elif kind >= TILE_EVENTS:
+            tile, event = divmod(kind - TILE_EVENTS, 8)
+            block = cta & 0xFFFFF
+            for launch in reversed(launches):
+                c = launch["ctas"].get(block)
+                if c is not None and c[0] <= end:
+                    launch["tiles"].setdefault(block, {}).setdefault((tile, event), end)
+                    break
     return launches
 
 
@@ -57,6 +70,7 @@ def med(values):
 def summarise(launches, window_ns):
     last = max(max(c[1] for c in l["ctas"].values()) for l in launches)
     rows = {"after plan": [], "alone": []}
+    tile_rows = {"after plan": [], "alone": []}
     for prev, cur in zip(launches, launches[1:]):
         if cur["first"] < last - window_ns:
             continue
@@ -66,6 +80,15 @@ def summarise(launches, window_ns):
         after = [c[1] - cur["waited"][b] for b, c in working.items() if b in cur["waited"]]
         same_sm = sum(1 for b, c in cur["ctas"].items() if b in prev["ctas"] and prev["ctas"][b][2] == c[2])
         plan = cur["plan"]
+        scored = []  # per probed tile, then the rest: the working CTAs' medians
+        for t in range(PROBED_TILES):
+            times = [cur["tiles"][b][(t, SCORER_SCORED)] - cur["waited"][b] for b in working
+                     if b in cur["waited"] and (t, SCORER_SCORED) in cur["tiles"].get(b, {})]
+            scored.append(statistics.median(times) if times else None)
+        rest = [c[1] - cur["tiles"][b][(PROBED_TILES - 1, SCORER_SCORED)] for b, c in working.items()
+                if (PROBED_TILES - 1, SCORER_SCORED) in cur["tiles"].get(b, {})]
+        scored.append(statistics.median(rest) if rest else None)
+        tile_rows["after plan" if plan else "alone"].append(scored)
         rows["after plan" if plan else "alone"].append((
             plan[0] - prev_end if plan else None, plan[1] - plan[0] if plan else None,
             cur["first"] - plan[1] if plan else cur["first"] - prev_end,
@@ -78,6 +101,12 @@ def summarise(launches, window_ns):
             m = [med([x[j] for x in items]) for j in range(9)]
             print(f"{name:10s} {len(items):4d}  {m[0]:9.2f} {m[1]:5.2f} {m[2]:11.2f} {m[3]:5.2f} {m[4]:10.2f} "
                   f"{m[5]:6.2f} {m[6]:6.2f}  {m[7]:.0f}/{m[8]:.0f}")
+    if any(x[0] is not None for items in tile_rows.values() for x in items):
+        print("class       wait end -> S of tile " + " ".join(f"{t:6d}" for t in range(PROBED_TILES)) + "   tile 3 -> CTA end")
+        for name, items in tile_rows.items():
+            if items:
+                m = [med([x[j] for x in items]) for j in range(PROBED_TILES + 1)]
+                print(f"{name:10s} {'':22s}" + " ".join(f"{v:6.2f}" for v in m[:PROBED_TILES]) + f"   {m[-1]:9.2f}")
 
 
 def overlaps(launches):
