@@ -22,6 +22,7 @@ import json
 import os
 import statistics
 import sys
+import warnings
 
 import torch
 
@@ -49,7 +50,10 @@ def make_stamper():
         kern = cupy.RawKernel(STAMP_SRC, "stamp")
 
         def launch(buf):
-            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            with warnings.catch_warnings():  # CuPy 13 deprecates ExternalStream; it still does what is needed
+                warnings.simplefilter("ignore", DeprecationWarning)
+                stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+            with stream:
                 kern((n_sm,), (32,), (numpy.uint64(buf.data_ptr()),))
         return n_sm, launch
     except ImportError:

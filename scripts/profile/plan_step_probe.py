@@ -11,7 +11,9 @@ the attention's first CTA, the working CTAs' time in griddepcontrol.wait and aft
 duration, the launch's span (first start to last end), and how many CTAs ran on the SM their block
 index had in the launch before (us); and, where the build recorded the scorer's first tiles, the
 working CTAs' time from their wait's end to each of those tiles' S retiring and from the fourth to
-their end (a slow start against a slow steady state). Then, over the whole file, how many consecutive attention
+their end (a slow start against a slow steady state), and the first tile's path (its Q landed and
+converted, its stage full, its S retired) with the producers' side of it (the part's metadata read,
+the first index loaded, the first row's bytes in registers, the stage filled). Then, over the whole file, how many consecutive attention
 launches overlapped and how many of the later one's CTAs passed their wait before the earlier one
 ended (the early completion of the combine's grid, docs/PERF.md)."""
 import argparse
@@ -20,6 +22,12 @@ import statistics
 PLAN, ATTENTION, COMBINE, WAITED = 1, 2, 3, 4
 TILE_EVENTS = 16          # kind 16 + 8 tile + event: the scorer's tile `tile` reached trace.cuh's `event`
 SCORER_SCORED = 3         # trace.cuh ScorerEvent kScorerScored
+# The first tile's path, trace.cuh ScorerEvent: Q landed, Q converted, the stage full, S retired.
+FIRST_TILE_EVENTS = ((0, "Q landed"), (1, "Q converted"), (2, "stage full"), (3, "S retired"))
+PRODUCER_EVENTS = 64      # kind 64 + event: the producers' first tile (trace.cuh ProducerEvent)
+# Its path: the part's metadata read, the first index loaded, the stage free, the first row's bytes
+# in registers, the stage announced full.
+PRODUCER_FIRST_TILE = ((5, "metadata"), (6, "index"), (1, "stage free"), (7, "row landed"), (2, "stage filled"))
 PROBED_TILES = 4
 NEW_LAUNCH_NS = 3000  # CTAs of one launch start within ~0.2 us of each other; launches >= 15 us apart
 
@@ -52,7 +60,8 @@ def attention_launches(records):
                     launch["waited"][block] = end
                     break
         elif kind >= TILE_EVENTS:
-            tile, event = divmod(kind - TILE_EVENTS, 8)
+            # Producer events are kept as tile -1.
+            tile, event = (-1, kind - PRODUCER_EVENTS) if kind >= PRODUCER_EVENTS else divmod(kind - TILE_EVENTS, 8)
             block = cta & 0xFFFFF
             for launch in reversed(launches):
                 c = launch["ctas"].get(block)
@@ -71,6 +80,8 @@ def summarise(launches, window_ns):
     last = max(max(c[1] for c in l["ctas"].values()) for l in launches)
     rows = {"after plan": [], "alone": []}
     tile_rows = {"after plan": [], "alone": []}
+    first_rows = {"after plan": [], "alone": []}
+    producer_rows = {"after plan": [], "alone": []}
     for prev, cur in zip(launches, launches[1:]):
         if cur["first"] < last - window_ns:
             continue
@@ -80,6 +91,18 @@ def summarise(launches, window_ns):
         after = [c[1] - cur["waited"][b] for b, c in working.items() if b in cur["waited"]]
         same_sm = sum(1 for b, c in cur["ctas"].items() if b in prev["ctas"] and prev["ctas"][b][2] == c[2])
         plan = cur["plan"]
+        first = []  # the first tile's events from the wait's end, FIRST_TILE_EVENTS order
+        for ev, _ in FIRST_TILE_EVENTS:
+            times = [cur["tiles"][b][(0, ev)] - cur["waited"][b] for b in working
+                     if b in cur["waited"] and (0, ev) in cur["tiles"].get(b, {})]
+            first.append(statistics.median(times) if times else None)
+        first_rows["after plan" if plan else "alone"].append(first)
+        produced = []
+        for ev, _ in PRODUCER_FIRST_TILE:
+            times = [cur["tiles"][b][(-1, ev)] - cur["waited"][b] for b in working
+                     if b in cur["waited"] and (-1, ev) in cur["tiles"].get(b, {})]
+            produced.append(statistics.median(times) if times else None)
+        producer_rows["after plan" if plan else "alone"].append(produced)
         scored = []  # per probed tile, then the rest: the working CTAs' medians
         for t in range(PROBED_TILES):
             times = [cur["tiles"][b][(t, SCORER_SCORED)] - cur["waited"][b] for b in working
@@ -107,6 +130,17 @@ def summarise(launches, window_ns):
             if items:
                 m = [med([x[j] for x in items]) for j in range(PROBED_TILES + 1)]
                 print(f"{name:10s} {'':22s}" + " ".join(f"{v:6.2f}" for v in m[:PROBED_TILES]) + f"   {m[-1]:9.2f}")
+        print("class       wait end -> tile 0: " + ", ".join(label for _, label in FIRST_TILE_EVENTS))
+        for name, items in first_rows.items():
+            if items:
+                m = [med([x[j] for x in items]) for j in range(len(FIRST_TILE_EVENTS))]
+                print(f"{name:10s} {'':22s}" + " ".join(f"{v:6.2f}" for v in m))
+    if any(x[0] is not None for items in producer_rows.values() for x in items):
+        print("class       wait end -> producers' tile 0: " + ", ".join(label for _, label in PRODUCER_FIRST_TILE))
+        for name, items in producer_rows.items():
+            if items:
+                m = [med([x[j] for x in items]) for j in range(len(PRODUCER_FIRST_TILE))]
+                print(f"{name:10s} {'':22s}" + " ".join(f"{v:6.2f}" for v in m))
 
 
 def overlaps(launches):
