@@ -9,11 +9,13 @@
 // docs/PERF.md, "The combine's grid and the kernel after it").
 #include <gtest/gtest.h>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <vector>
 
 #include "common/launch.h"
+#include "scheduler/decode_scheduler.h"
 #include "dense_decode_cases.h"
 #include "dense_decode_harness.h"
 #include "gpu_test_util.h"
@@ -41,6 +43,22 @@ __global__ void hold_stream(unsigned long long ns) {
   do {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
   } while (now - start < ns);
+}
+
+// Stands in for an attention kernel of a call: lets its dependents launch at its start (as the
+// attention kernels do), runs `ns` of the global timer after its own wait, then writes 1 into
+// every lse value.
+__global__ void attention_stand_in(float* lse, size_t lse_values, unsigned long long ns) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < lse_values; i += stride)
+    lse[i] = 1.f;
 }
 
 // Spare out and lse allocations holding what the problem's hold after poison_outputs(), and a copy
@@ -148,6 +166,61 @@ TEST(DenseDecodeStreamOrder, KernelLaunchedAfterRunsSeesTheirOutputs) {
         }
         hmla::dense_decode_run(params, schedule, stream);
       });
+}
+
+// The combine alone, with nothing to merge, behind a kernel that writes lse 1 ms into its run and a
+// copy kernel behind the combine, all launched with programmatic dependent launch on a stream held
+// by a 2 ms kernel (so that all three are queued before the GPU reaches them): the copy's wait
+// covers the combine's grid alone, so that grid must not complete before the kernel it follows.
+// The stand-in takes one SM, so the combine's CTAs and the copy's have the others to run on at once.
+TEST(CombineStreamOrder, GridCompletesAfterTheKernelItFollows) {
+  constexpr int kRequests = 128, kHeads = 64, kParts = 132, kDv = 512;  // the combine's d_v
+  constexpr size_t kLseValues = static_cast<size_t>(kRequests) * kHeads;
+  const std::vector<int32_t> one_piece(kRequests, 1), no_slot(kRequests, -1), no_split(1 + kRequests, 0);
+  DeviceBuffer num_splits(kRequests * sizeof(int32_t)), split_base(kRequests * sizeof(int32_t)),
+      split_list((1 + kRequests) * sizeof(int32_t)), accum(256);
+  num_splits.upload(one_piece.data(), num_splits.bytes());
+  split_base.upload(no_slot.data(), split_base.bytes());
+  split_list.upload(no_split.data(), split_list.bytes());
+  DeviceBuffer out(kLseValues * kDv * sizeof(uint16_t)), lse(kLseValues * sizeof(float));
+  HMLA_TEST_CUDA_CHECK(cudaMemset(out.get(), 0xff, out.bytes()));  // NaN in bf16 and float
+  HMLA_TEST_CUDA_CHECK(cudaMemset(lse.get(), 0xff, lse.bytes()));
+  DeviceBuffer out_copy(out.bytes()), lse_copy(lse.bytes());
+
+  hmla::detail::CombineParams cp{};
+  cp.batch = kRequests;
+  cp.tokens_per_batch = 1;
+  cp.h_kv = 1;
+  cp.d_v = kDv;
+  cp.num_sm_parts = kParts;
+  cp.tiling = hmla::detail::RowTiling::make(1, kHeads);
+  cp.req_num_splits = num_splits.as<int32_t>();
+  cp.req_split_base = split_base.as<int32_t>();
+  cp.split_list = split_list.as<int32_t>();
+  cp.lse_accum = accum.as<float>();
+  cp.o_accum = accum.get();
+  cp.out = out.get();
+  cp.out_batch_stride = cp.out_token_stride = static_cast<int64_t>(kHeads) * kDv;
+  cp.out_head_stride = kDv;
+  cp.lse = lse.as<float>();
+  cp.lse_batch_stride = kHeads;
+  cp.lse_head_stride = 1;
+
+  Stream s;
+  hold_stream<<<1, 1, 0, s.get()>>>(2000000ull);
+  hmla::detail::runtime_launch_after_prerequisites(attention_stand_in, dim3(1), dim3(256), 0, s.get(), lse.as<float>(),
+                                                   kLseValues, 1000000ull);
+  hmla::detail::launch_combine<__nv_bfloat16>(cp, s.get());
+  hmla::detail::runtime_launch_after_prerequisites(copy_after_prerequisites, dim3(264), dim3(256), 0, s.get(),
+                                                   out.as<const uint8_t>(), out_copy.as<uint8_t>(), out.bytes(),
+                                                   lse.as<const uint8_t>(), lse_copy.as<uint8_t>(), lse.bytes());
+  HMLA_TEST_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+  std::vector<float> seen(kLseValues);
+  lse_copy.download(seen.data(), seen.size() * sizeof(float));
+  size_t unwritten = 0;
+  for (float v : seen) unwritten += v == 1.f ? 0 : 1;
+  EXPECT_EQ(unwritten, 0u) << "a kernel launched after the combine with programmatic dependent launch read lse "
+                              "before the kernel the combine follows had written it";
 }
 
 }  // namespace
