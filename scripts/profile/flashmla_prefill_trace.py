@@ -34,21 +34,6 @@ NAMES = {
 ROLES = {0: "WG0", 1: "WG1", 2: "producer"}
 
 
-def timed(fn, iters):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--compare", required=True, help="compare.py (its input generators are used)")
@@ -77,14 +62,15 @@ def main():
     block = args.block if args.block >= 0 else grid // 2
     buf = torch.zeros(CTA_BASE + 4 * grid, dtype=torch.int64, device="cuda")
 
-    def call():
+    def call(_):
         flash_mla.flash_mla_sparse_fwd(q, kv, idx, sm, 512, sink, None)
 
+    # compare.py's timing (its sleep kernel before each call, the median of events around it)
     os.environ.pop("FM_TRACE_PTR", None)
-    us_off = timed(call, args.iters)
+    us_off = cmp.time_calls(call, 1, args.iters)
     os.environ["FM_TRACE_PTR"] = str(buf.data_ptr())
     os.environ["FM_TRACE_BLOCK"] = str(block)
-    us_on = timed(call, args.iters)
+    us_on = cmp.time_calls(call, 1, args.iters)
     torch.cuda.synchronize()
     os.environ.pop("FM_TRACE_PTR", None)
     raw = buf.cpu().tolist()

@@ -3,7 +3,8 @@
 # what and why), in one device call: the kit's source (.deps/compare/flashmla-sm90-kit.tgz, see
 # ../shared/anchors/compare/README.md) with scripts/profile/flashmla_prefill_trace.patch, built from
 # source (~2 min on 16 cores), then the rows. Carry .deps/compare. Beside it, hmla's own trace of the
-# same rows: scripts/gpu_trace.sh prefill.
+# same rows: scripts/gpu_trace.sh prefill. The patch keeps one line of context per hunk: it adds
+# measurement points to the kit's own file and carries as little of FlashMLA's source as applies.
 #   HMLA_FM_TRACE_ROWS="64 576 8192;128 576 65536" bash scripts/profile/flashmla_prefill_trace.sh
 # (rows: "h_q d_qk s_kv" of compare.py's s_q 4096 topk 2048 rows; the default is gpu_trace.sh prefill's
 # two rows). HMLA_FM_TRACE_BUILD_ONLY=1 builds and stops (to build beside another step).

@@ -76,6 +76,23 @@ def med(values):
     return statistics.median(values) / 1e3 if values else float("nan")
 
 
+def from_wait(cur, working, key):
+    """The working CTAs' median time from their wait's end to the recorded event `key` (tile, event)."""
+    times = [cur["tiles"][b][key] - cur["waited"][b] for b in working
+             if b in cur["waited"] and key in cur["tiles"].get(b, {})]
+    return statistics.median(times) if times else None
+
+
+def print_medians(title, rows):
+    """One line per class: the medians over its launches of each column (us)."""
+    if not any(x[0] is not None for items in rows.values() for x in items):
+        return
+    print(title)
+    for name, items in rows.items():
+        if items:
+            print(f"{name:10s} {'':22s}" + " ".join(f"{med([x[j] for x in items]):6.2f}" for j in range(len(items[0]))))
+
+
 def summarise(launches, window_ns):
     last = max(max(c[1] for c in l["ctas"].values()) for l in launches)
     rows = {"after plan": [], "alone": []}
@@ -91,28 +108,16 @@ def summarise(launches, window_ns):
         after = [c[1] - cur["waited"][b] for b, c in working.items() if b in cur["waited"]]
         same_sm = sum(1 for b, c in cur["ctas"].items() if b in prev["ctas"] and prev["ctas"][b][2] == c[2])
         plan = cur["plan"]
-        first = []  # the first tile's events from the wait's end, FIRST_TILE_EVENTS order
-        for ev, _ in FIRST_TILE_EVENTS:
-            times = [cur["tiles"][b][(0, ev)] - cur["waited"][b] for b in working
-                     if b in cur["waited"] and (0, ev) in cur["tiles"].get(b, {})]
-            first.append(statistics.median(times) if times else None)
-        first_rows["after plan" if plan else "alone"].append(first)
-        produced = []
-        for ev, _ in PRODUCER_FIRST_TILE:
-            times = [cur["tiles"][b][(-1, ev)] - cur["waited"][b] for b in working
-                     if b in cur["waited"] and (-1, ev) in cur["tiles"].get(b, {})]
-            produced.append(statistics.median(times) if times else None)
-        producer_rows["after plan" if plan else "alone"].append(produced)
-        scored = []  # per probed tile, then the rest: the working CTAs' medians
-        for t in range(PROBED_TILES):
-            times = [cur["tiles"][b][(t, SCORER_SCORED)] - cur["waited"][b] for b in working
-                     if b in cur["waited"] and (t, SCORER_SCORED) in cur["tiles"].get(b, {})]
-            scored.append(statistics.median(times) if times else None)
+        cls = "after plan" if plan else "alone"
+        first_rows[cls].append([from_wait(cur, working, (0, ev)) for ev, _ in FIRST_TILE_EVENTS])
+        producer_rows[cls].append([from_wait(cur, working, (-1, ev)) for ev, _ in PRODUCER_FIRST_TILE])
+        # per probed tile, then the rest: the working CTAs' medians
+        scored = [from_wait(cur, working, (t, SCORER_SCORED)) for t in range(PROBED_TILES)]
         rest = [c[1] - cur["tiles"][b][(PROBED_TILES - 1, SCORER_SCORED)] for b, c in working.items()
                 if (PROBED_TILES - 1, SCORER_SCORED) in cur["tiles"].get(b, {})]
         scored.append(statistics.median(rest) if rest else None)
-        tile_rows["after plan" if plan else "alone"].append(scored)
-        rows["after plan" if plan else "alone"].append((
+        tile_rows[cls].append(scored)
+        rows[cls].append((
             plan[0] - prev_end if plan else None, plan[1] - plan[0] if plan else None,
             cur["first"] - plan[1] if plan else cur["first"] - prev_end,
             statistics.median(waits) if waits else None, statistics.median(after) if after else None,
@@ -130,17 +135,9 @@ def summarise(launches, window_ns):
             if items:
                 m = [med([x[j] for x in items]) for j in range(PROBED_TILES + 1)]
                 print(f"{name:10s} {'':22s}" + " ".join(f"{v:6.2f}" for v in m[:PROBED_TILES]) + f"   {m[-1]:9.2f}")
-        print("class       wait end -> tile 0: " + ", ".join(label for _, label in FIRST_TILE_EVENTS))
-        for name, items in first_rows.items():
-            if items:
-                m = [med([x[j] for x in items]) for j in range(len(FIRST_TILE_EVENTS))]
-                print(f"{name:10s} {'':22s}" + " ".join(f"{v:6.2f}" for v in m))
-    if any(x[0] is not None for items in producer_rows.values() for x in items):
-        print("class       wait end -> producers' tile 0: " + ", ".join(label for _, label in PRODUCER_FIRST_TILE))
-        for name, items in producer_rows.items():
-            if items:
-                m = [med([x[j] for x in items]) for j in range(len(PRODUCER_FIRST_TILE))]
-                print(f"{name:10s} {'':22s}" + " ".join(f"{v:6.2f}" for v in m))
+    print_medians("class       wait end -> tile 0: " + ", ".join(label for _, label in FIRST_TILE_EVENTS), first_rows)
+    print_medians("class       wait end -> producers' tile 0: " + ", ".join(label for _, label in PRODUCER_FIRST_TILE),
+                  producer_rows)
 
 
 def overlaps(launches):

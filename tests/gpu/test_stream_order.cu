@@ -35,9 +35,7 @@ __global__ void copy_after_prerequisites(const uint8_t* out, uint8_t* out_copy, 
     lse_copy[i] = lse[i];
 }
 
-// Holds the stream for `ns` of the global timer, so that everything enqueued behind it is queued
-// before the GPU reaches it, as in a decoding step that the host enqueues ahead of the GPU.
-__global__ void hold_stream(unsigned long long ns) {
+__device__ void spin_for(unsigned long long ns) {
   unsigned long long start, now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
   do {
@@ -45,17 +43,17 @@ __global__ void hold_stream(unsigned long long ns) {
   } while (now - start < ns);
 }
 
+// Holds the stream for `ns` of the global timer, so that everything enqueued behind it is queued
+// before the GPU reaches it, as in a decoding step that the host enqueues ahead of the GPU.
+__global__ void hold_stream(unsigned long long ns) { spin_for(ns); }
+
 // Stands in for an attention kernel of a call: lets its dependents launch at its start (as the
 // attention kernels do), runs `ns` of the global timer after its own wait, then writes 1 into
 // every lse value.
 __global__ void attention_stand_in(float* lse, size_t lse_values, unsigned long long ns) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
+  spin_for(ns);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < lse_values; i += stride)
     lse[i] = 1.f;
