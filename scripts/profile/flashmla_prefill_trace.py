@@ -6,7 +6,9 @@ FlashMLA needs 4.5-9 % fewer cycles than hmla on every compare.py prefill row at
 scripts/profile/flashmla_prefill_trace.patch (scripts/profile/flashmla_prefill_trace.sh builds it):
 with the environment variable FM_TRACE_PTR set to a device buffer, the CTA FM_TRACE_BLOCK records
 clock64 at fixed points of every pair of 64-token blocks in each of its three warpgroups, and every
-CTA its SM, its start and the issue of its LSE stores on the global timer. Prints, for one
+CTA its SM, its start and the issue of its LSE stores on the global timer (into a buffer of the
+kernel's own, copied to FM_TRACE_PTR after the call: a pointer loaded at every point cost the kernel
+~16 % on the h 64 row, a CTA test made once at its start costs a branch). Prints, for one
 compare.py prefill row (same inputs): the call's time with the trace off and on (the instrumentation's
 cost), the traced CTA's pair period and each event's median offset from the pair's S_0 retiring,
 and over all CTAs their median duration and the median gap on an SM from one CTA's LSE stores to
@@ -25,6 +27,7 @@ import torch
 
 EVENTS, PAIRS = 8, 64
 CTA_BASE = 8 + 3 * PAIRS * EVENTS
+MAX_CTAS = 16384  # the patch's FM_TRACE_MAX_CTAS: its buffer, copied whole to FM_TRACE_PTR after each call
 NAMES = {
     0: ["S_0 retired", "own P V issued", "V0L freed", "WG1's max in", "P_0 stored", "P_1 in", "P_1 V_1L issued",
         "V1L freed"],
@@ -60,7 +63,8 @@ def main():
     sm = d_qk ** -0.5
     grid = s_q * h_q // 64
     block = args.block if args.block >= 0 else grid // 2
-    buf = torch.zeros(CTA_BASE + 4 * grid, dtype=torch.int64, device="cuda")
+    assert grid <= MAX_CTAS, f"grid {grid} above the traced build's {MAX_CTAS} CTAs"
+    buf = torch.zeros(CTA_BASE + 4 * MAX_CTAS, dtype=torch.int64, device="cuda")
 
     def call(_):
         flash_mla.flash_mla_sparse_fwd(q, kv, idx, sm, 512, sink, None)
