@@ -16,7 +16,8 @@ import argparse
 import collections
 import re
 
-LINE = re.compile(r"\s+/\*([0-9a-f]+)\*/\s+(.*?)\s*;")
+from sass_load_moves import instructions  # the listing's (address, instruction) pairs
+
 BOOKKEEPING = ("WARPGROUP", "NOP", "UIADD3", "UMOV", "ULOP3", "USHF")
 
 
@@ -31,7 +32,8 @@ def main():
     ap.add_argument("sass")
     ap.add_argument("--min-gap", type=int, default=0, help="print only runs after at least this many instructions")
     args = ap.parse_args()
-    ins = [(int(m.group(1), 16), m.group(2)) for m in map(LINE.match, open(args.sass)) if m]
+    with open(args.sass) as f:
+        ins = [(int(address, 16), text) for address, text in instructions(f.read())]
     previous_end = 0
     i = 0
     while i < len(ins):
