@@ -6,10 +6,10 @@
 #                                                headers (build/ configured and built first)
 #   bash bench/variants/pending.sh run decode    device (~8 min): main, l1pf and l1pfh on the 14 sparse
 #                                                decode rows, l1pf's tests
-#   bash bench/variants/pending.sh run narrow    device (~6 min): main, l1pf2, ring and bulk on the three
-#                                                h_q 16 rows, their tests, compare.py's sparse decode rows
-#   bash bench/variants/pending.sh run plan      device (~6 min): the plan-step diagnostic, compare.py's
-#                                                sparse prefill and dense rows
+#   bash bench/variants/pending.sh run narrow    device (~8 min): main, l1pf2, ring, bulk and idx on the
+#                                                three h_q 16 rows and MODEL1's h_q 128 topk 128 row, their tests
+#   bash bench/variants/pending.sh run plan      device (~9 min): the plan-step diagnostic, then compare.py
+#                                                on main: sparse decode and sparse prefill rows
 # Each run: carry .deps/packed, .deps/anchors and .deps/compare; timeout_s 600. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,6 +26,7 @@ build() {
     --flags "-DHMLA_DECODE_RING_CHANNEL=1"
   bash $b bulk --patch $v/sparse_ring_channel.patch --only src/sm90/sparse_decode/instantiate_narrow --tests \
     --flags "-DHMLA_DECODE_RING_CHANNEL=2"
+  bash $b idx --patch $v/sparse_indices_first.patch --tests
   bash $b empty --patch $v/plan_diag_empty_carveout.patch --only src/scheduler/decode_scheduler \
     --flags "-DHMLA_PLAN_DIAG_EMPTY"
   bash $b plain --patch $v/plan_diag_plain_kernel.patch --only src/scheduler/decode_scheduler \
@@ -35,7 +36,8 @@ build() {
   local d=.deps/variants
   rm -rf .deps/s9 .deps/s10 .deps/plan && mkdir -p .deps/s9 .deps/s10 .deps/plan
   cp $d/bench_main $d/bench_l1pf $d/bench_l1pfh $d/tests_l1pf .deps/s9/
-  cp $d/bench_main $d/bench_l1pf2 $d/bench_ring $d/bench_bulk $d/tests_l1pf2 $d/tests_ring $d/tests_bulk .deps/s10/
+  cp $d/bench_main $d/bench_l1pf2 $d/bench_ring $d/bench_bulk $d/bench_idx $d/tests_l1pf2 $d/tests_ring $d/tests_bulk \
+    $d/tests_idx .deps/s10/
   cp $d/bench_main $d/bench_empty $d/bench_plain $d/bench_plainsmem .deps/plan/
   # The Python package's build on the device needs CUTLASS's headers (include/ and
   # tools/util/include/ only: ~1 MiB packed).
@@ -46,7 +48,8 @@ build() {
 
 h16_rows="sparse-decode --layout v32 --b 128 --s-q 1 --h-q 16 --s-k 32768 --page 64 --topk 2048
 sparse-decode --layout v32 --b 16 --s-q 1 --h-q 16 --s-k 32768 --page 64 --topk 2048
-sparse-decode --layout model1 --b 128 --s-q 2 --h-q 16 --s-k 16384 --page 256 --topk 128 --extra-topk 512 --extra-page 64 --extra-s-k 16384"
+sparse-decode --layout model1 --b 128 --s-q 2 --h-q 16 --s-k 16384 --page 256 --topk 128 --extra-topk 512 --extra-page 64 --extra-s-k 16384
+sparse-decode --layout model1 --b 128 --s-q 2 --h-q 128 --s-k 16384 --page 256 --topk 128"
 
 case "${1:-}" in
   build) build ;;
@@ -56,14 +59,17 @@ case "${1:-}" in
         LIMIT=580 HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=360 HMLA_VARIANT_TEST_TIMEOUT=150 VARIANTS=.deps/s9 \
           bash scripts/gpu_call.sh ;;
       narrow)
-        LIMIT=580 HMLA_AB_REPS=3 HMLA_AB_ROWS="$h16_rows" HMLA_AB_TIMEOUT=150 HMLA_VARIANT_TEST_TIMEOUT=60 \
-          HMLA_VARIANT_FILTER='*SparseDecodeGrid*' VARIANTS=.deps/s10 COMPARE=sparse_decode bash scripts/gpu_call.sh ;;
+        LIMIT=580 HMLA_AB_REPS=3 HMLA_AB_ROWS="$h16_rows" HMLA_AB_TIMEOUT=240 HMLA_VARIANT_TEST_TIMEOUT=70 \
+          HMLA_VARIANT_FILTER='*SparseDecodeGrid*' VARIANTS=.deps/s10 bash scripts/gpu_call.sh ;;
       plan)
+        # The plan-step rows first, with the CPUs idle (the step's host launches are part of what
+        # they time), then the builds for compare.py.
         OUT=${OUT:-$PWD/gpu-out}
-        mkdir -p "$OUT"
-        HMLA_STEP_MODES=plan HMLA_STEP_ROWS="0 2" timeout 150 bash scripts/profile/plan_step_before.sh > "$OUT/plan_step.txt" 2>&1
-        grep -E "^r[0-9]" "$OUT/plan_step.txt" | cut -c1-200
-        LIMIT=420 COMPARE="sparse_prefill dense" bash scripts/gpu_call.sh ;;
+        mkdir -p "$OUT/plan"
+        HMLA_STEP_MODES=plan HMLA_STEP_ROWS="0 2" timeout 150 bash scripts/profile/plan_step_before.sh \
+          > "$OUT/plan/plan_step.txt" 2>&1
+        grep -E "^r[0-9]" "$OUT/plan/plan_step.txt" | cut -c1-200
+        LIMIT=420 COMPARE="sparse_decode sparse_prefill" bash scripts/gpu_call.sh ;;
       *) echo "usage: $0 run decode|narrow|plan" >&2; exit 2 ;;
     esac ;;
   *) echo "usage: $0 build | run decode|narrow|plan" >&2; exit 2 ;;
