@@ -8,6 +8,8 @@
 # - VARIANTS: a folder for scripts/gpu_variants.sh (bench_main and bench_NAME timed row by row,
 #   tests_NAME run with their filters; HMLA_AB_ROWS, HMLA_AB_REPS, HMLA_VARIANT_FILTER* apply).
 # - Then compare.py once per kind in COMPARE, each given what is left of LIMIT (at most 200 s).
+# - PATCH=FILE: applied (git apply) to this copy of the tree before the Python package builds, so
+#   that compare.py times a variant's kernels (the device's tree is a copy: nothing comes back).
 # Everything under $OUT ends as one archive ($OUT/out.tgz), since the device tool returns few files.
 # Device-tool call: carry .deps/packed, .deps/anchors and .deps/compare; timeout_s ~ LIMIT + 15.
 set -uo pipefail
@@ -20,6 +22,10 @@ export PATH="/usr/local/cuda/bin:$PATH" PIP_BREAK_SYSTEM_PACKAGES=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 
 py_pid= fm_pid=
+if [ -n "${PATCH:-}" ]; then
+  git apply "$PATCH" || { echo "PATCH $PATCH does not apply" >&2; exit 1; }
+  echo "applied $PATCH"
+fi
 if [ -n "${COMPARE:-}" ]; then
   (s=$SECONDS; python3 -m pip install -q --no-build-isolation --no-deps ./python; echo "rc $? in $((SECONDS - s)) s") \
     > "$OUT/python_build.log" 2>&1 &
