@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #define CHECK(x)                                                                        \
@@ -57,7 +58,7 @@ __device__ __forceinline__ uint32_t ld_nc_u32(const uint8_t* p) {
   return v;
 }
 
-// tokens[i]: the byte offset of the i-th named token's row (-1: invalid, skipped).
+// rows[i]: the byte offset of the i-th named token's row (-1: invalid, skipped); scale_at[i]: its scale word's.
 template <int U, bool kScalesApart>
 __global__ void __launch_bounds__(32 * kWarps) gather(const uint8_t* cache, const long long* rows,
                                                       const long long* scale_at, long long count, int tail_pieces,
@@ -196,24 +197,21 @@ int main(int argc, char** argv) {
       std::printf("  gather U %2d, %d blocks/SM (%2d warps): %8.2f us  %7.1f GB/s\n", u, per_sm, per_sm * kWarps, us,
                   bytes / us / 1e3);
     };
-    for (int per_sm : {1, 2, 4}) {
-      if (L.scales_apart) {
-        run(gather<2, true>, 2, per_sm);
-        run(gather<4, true>, 4, per_sm);
-        run(gather<8, true>, 8, per_sm);
-        run(gather<16, true>, 16, per_sm);
-      } else {
-        run(gather<2, false>, 2, per_sm);
-        run(gather<4, false>, 4, per_sm);
-        run(gather<8, false>, 8, per_sm);
-        run(gather<16, false>, 16, per_sm);
+    auto run_all = [&](auto scales_apart) {
+      constexpr bool kApart = decltype(scales_apart)::value;
+      for (int per_sm : {1, 2, 4}) {
+        run(gather<2, kApart>, 2, per_sm);
+        run(gather<4, kApart>, 4, per_sm);
+        run(gather<8, kApart>, 8, per_sm);
+        run(gather<16, kApart>, 16, per_sm);
       }
-    }
+    };
+    if (L.scales_apart) run_all(std::true_type{});
+    else run_all(std::false_type{});
     // A stream over as many bytes, from the cache's start (sequential): the read ceiling's shape.
     const long long n16 = static_cast<long long>(bytes) / 16;
-    const double stream_us = median_us([&](int set) { stream<<<sms * 4, 512>>>(
-                                                         reinterpret_cast<const uint4*>(cache) + set * n16, n16, sink); },
-                                       1);
+    const double stream_us = median_us(
+        [&](int) { stream<<<sms * 4, 512>>>(reinterpret_cast<const uint4*>(cache), n16, sink); }, 1);
     std::printf("  floor %.2f us (%.1f GB/s); a stream of the same bytes %.2f us (%.1f GB/s)\n", best,
                 bytes / best / 1e3, stream_us, bytes / stream_us / 1e3);
     for (int set = 0; set < kSets; ++set) {
