@@ -4,7 +4,7 @@
 #   bash bench/variants/pending.sh build         workstation: main's bench, the wide variant (.deps/wide)
 #                                                and the plan diagnostics (.deps/plan), packed with the
 #                                                CUTLASS headers (build/ configured and built first)
-#   bash bench/variants/pending.sh run wide      device (~7 min): main against the wide form's L1 prefetch
+#   bash bench/variants/pending.sh run wide      device (~9 min): the gather floor, main against the wide form's L1 prefetch
 #                                                with the indices first (sparse_wide_l1_prefetch_indices_first.patch)
 #                                                on the 14 sparse decode rows, its tests, then compare.py's
 #                                                sparse decode rows with it
@@ -44,7 +44,15 @@ case "${1:-}" in
   run)
     case "${2:-}" in
       wide)
-        LIMIT=440 HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=130 HMLA_VARIANT_TEST_TIMEOUT=70 VARIANTS=.deps/wide \
+        # The gather floor first (scripts/profile/gather_floor.cu: the named rows read with nothing
+        # else to do; ~1 min with its build), then the variants and compare.py in what is left.
+        OUT=${OUT:-$PWD/gpu-out}
+        mkdir -p "$OUT"
+        floor_start=$SECONDS
+        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/gather_floor scripts/profile/gather_floor.cu &&
+          timeout 100 /tmp/gather_floor 128 2048 > "$OUT/gather_floor.txt" 2>&1
+        grep -E "floor|SMs" "$OUT/gather_floor.txt"
+        LIMIT=$((530 - (SECONDS - floor_start))) HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=130 HMLA_VARIANT_TEST_TIMEOUT=70 VARIANTS=.deps/wide \
           PATCH=$v/sparse_wide_l1_prefetch_indices_first.patch COMPARE=sparse_decode bash scripts/gpu_call.sh ;;
       plan)
         # The plan-step rows first, with the CPUs idle (the step's host launches are part of what
