@@ -10,9 +10,9 @@
 #                                                sparse decode rows with it
 #   bash bench/variants/pending.sh run plan      device (~9 min): the plan-step diagnostic, then compare.py
 #                                                on main: sparse decode and sparse prefill rows
-#   bash bench/variants/pending.sh run profile   device (~5 min): the gather floor (scripts/profile/gather_floor.cu),
-#                                                then Nsight Compute on V3.2 b 128 h_q 16 and h_q 64
-#                                                with the memory and instruction sections
+#   bash bench/variants/pending.sh run profile   device (~5 min): Nsight Compute on V3.2 b 128 h_q 16 and
+#                                                h_q 64 with the memory and instruction sections, and on
+#                                                the plan kernel at b 4096 and b 128
 # Each run: carry .deps/packed, .deps/anchors and .deps/compare; timeout_s 600. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,18 +65,21 @@ case "${1:-}" in
         LIMIT=420 COMPARE="sparse_decode sparse_prefill" bash scripts/gpu_call.sh ;;
       profile)
         # What caps the narrow form's gather: L1/LSU throughput, sectors per request, the producers'
-        # issue share (h_q 16), beside the wide form's h_q 64 row.
+        # issue share (h_q 16), beside the wide form's h_q 64 row; then the plan kernel at b 4096
+        # and b 128 (kernel alone, warm as between an engine's plans), whose per-request cost
+        # (~1.6 us per request a thread handles past 1000 requests) no reading of the code explains.
         OUT=${OUT:-$PWD/gpu-out}
         mkdir -p "$OUT"
         bash scripts/carry_pack.sh --unpack
-        # The gather floor first (scripts/profile/gather_floor.cu: the named rows read with nothing
-        # else to do; ~1 min with its build).
-        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/gather_floor scripts/profile/gather_floor.cu &&
-          timeout 120 /tmp/gather_floor 128 2048 | tee "$OUT/gather_floor.txt"
         for h in 16 64; do
           OUT=$OUT/h$h HMLA_BENCH_BIN=.deps/plan/bench_main HMLA_PROFILE_FAMILY=sparse-decode HMLA_PROFILE_TIMEOUT=150 \
             HMLA_PROFILE_NCU_FLAGS="--section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section InstructionStats" \
             bash scripts/gpu_profile.sh stalls --layout v32 --b 128 --s-q 1 --h-q $h --topk 2048
+        done
+        for b in 4096 128; do
+          OUT=$OUT/plan_b$b HMLA_BENCH_BIN=.deps/plan/bench_main HMLA_PROFILE_FAMILY=sparse-decode HMLA_PROFILE_TIMEOUT=90 \
+            HMLA_PROFILE_KERNEL=decode_scheduler_kernel HMLA_PROFILE_NCU_FLAGS="--cache-control none" \
+            bash scripts/gpu_profile.sh stalls --layout v32 --b $b --s-q 1 --h-q 16 --topk 64 --s-k 4096
         done
         (cd "$OUT" && tar czf /tmp/out.tgz . && find . -mindepth 1 -delete && mv /tmp/out.tgz .) ;;
       *) echo "usage: $0 run wide|plan|profile" >&2; exit 2 ;;
