@@ -13,7 +13,8 @@
 #   bash bench/variants/pending.sh run profile   device (~5 min): Nsight Compute on V3.2 b 128 h_q 16 and
 #                                                h_q 64 with the memory and instruction sections, and on
 #                                                the plan kernel at b 4096 and b 128
-# Each run: carry .deps/packed, .deps/anchors and .deps/compare; timeout_s 600. Logs under $OUT.
+# Each run: carry .deps/packed, .deps/anchors and .deps/compare; timeout_s 600 (run wide: CALL_LIMIT=S
+# for a shorter call, default 530 s of command). Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 v=bench/variants
@@ -52,7 +53,7 @@ case "${1:-}" in
         /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/gather_floor scripts/profile/gather_floor.cu &&
           timeout 100 /tmp/gather_floor 128 2048 > "$OUT/gather_floor.txt" 2>&1
         grep -E "floor|SMs" "$OUT/gather_floor.txt"
-        LIMIT=$((530 - (SECONDS - floor_start))) HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=130 HMLA_VARIANT_TEST_TIMEOUT=70 VARIANTS=.deps/wide \
+        LIMIT=$((${CALL_LIMIT:-530} - (SECONDS - floor_start))) HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=130 HMLA_VARIANT_TEST_TIMEOUT=70 VARIANTS=.deps/wide \
           PATCH=$v/sparse_wide_l1_prefetch_indices_first.patch COMPARE=sparse_decode bash scripts/gpu_call.sh ;;
       plan)
         # The plan-step rows first, with the CPUs idle (the step's host launches are part of what
