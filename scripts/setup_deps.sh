@@ -28,14 +28,25 @@ if [ ! -f "$json_dest/nlohmann_json/include/nlohmann/json.hpp" ]; then
 fi
 # CLI11 is on no registry but Debian's (libcli11-dev 2.1.2+ds-1 on Debian 12, headers in
 # /usr/include/CLI); only that version is staged, so that every build of the bench uses the same one.
+# Where the package is not installed, its .deb is downloaded (apt-get download: no root, nothing
+# installed) and only its headers unpacked into .deps/.
 CLI11_VERSION=2.1.2
 cli_dest=.deps/cli11-${CLI11_VERSION}
 if [ ! -f "$cli_dest/include/CLI/CLI.hpp" ]; then
-  if grep -qs "#define CLI11_VERSION \"${CLI11_VERSION}\"" /usr/include/CLI/Version.hpp; then
-    rm -rf "$cli_dest" && mkdir -p "$cli_dest/include" && cp -r /usr/include/CLI "$cli_dest/include/CLI"
+  cli_src=/usr/include/CLI
+  if ! grep -qs "#define CLI11_VERSION \"${CLI11_VERSION}\"" "$cli_src/Version.hpp" && command -v apt-get >/dev/null 2>&1; then
+    cli_tmp=$(mktemp -d)
+    if (cd "$cli_tmp" && apt-get download -q "libcli11-dev=${CLI11_VERSION}+ds-1" >/dev/null 2>&1 &&
+        dpkg-deb -x libcli11-dev_*.deb unpacked); then
+      cli_src=$cli_tmp/unpacked/usr/include/CLI
+    fi
+  fi
+  if grep -qs "#define CLI11_VERSION \"${CLI11_VERSION}\"" "$cli_src/Version.hpp"; then
+    rm -rf "$cli_dest" && mkdir -p "$cli_dest/include" && cp -r "$cli_src" "$cli_dest/include/CLI"
   else
     echo "warning: CLI11 ${CLI11_VERSION} not staged: /usr/include/CLI is missing or another version" \
          "(apt-get install libcli11-dev on Debian 12); hmla-bench then needs -DHMLA_CLI11_INCLUDE_DIR=" >&2
   fi
+  if [ -n "${cli_tmp:-}" ]; then rm -rf "$cli_tmp"; fi
 fi
 echo "deps ready: $dest $json_dest $cli_dest"

@@ -3,7 +3,8 @@
 # (bench/variants/README.md says what each expects; docs/PERF.md has the predictions).
 #   bash bench/variants/pending.sh build         workstation: main's bench, the wide variant (.deps/wide)
 #                                                and the plan diagnostics (.deps/plan), packed with the
-#                                                CUTLASS headers (build/ configured and built first)
+#                                                CUTLASS headers, and the comparison kit staged
+#                                                (scripts/build.sh first: ~5 min, this ~12 min)
 #   bash bench/variants/pending.sh run wide      device (~9 min): the gather floor, main against the wide form's L1 prefetch
 #                                                with the indices first (sparse_wide_l1_prefetch_indices_first.patch)
 #                                                on the 14 sparse decode rows, its tests, then compare.py's
@@ -38,6 +39,14 @@ build() {
   bash scripts/carry_pack.sh .deps/plan .deps/wide
   tar cf - .deps/cutlass-*/cutlass_library/source/include .deps/cutlass-*/cutlass_library/source/tools/util/include |
     xz -T0 -6 > .deps/packed/deps_cutlass.txz
+  # The comparison kit and the stored anchors travel as copies (the device sees only the repository).
+  local shared=../shared/anchors
+  if [ -d $shared/compare ]; then
+    rm -rf .deps/anchors .deps/compare && mkdir -p .deps/anchors .deps/compare
+    cp $shared/*.json $shared/*.md .deps/anchors/ && cp -r $shared/compare/. .deps/compare/
+  else
+    echo "warning: $shared/compare not found: .deps/anchors and .deps/compare not staged (compare.py needs them)" >&2
+  fi
 }
 
 case "${1:-}" in
