@@ -32,19 +32,20 @@ fi
 # installed) and only its headers unpacked into .deps/.
 CLI11_VERSION=2.1.2
 cli_dest=.deps/cli11-${CLI11_VERSION}
+cli11_at() { grep -qs "#define CLI11_VERSION \"${CLI11_VERSION}\"" "$1/Version.hpp"; }
 if [ ! -f "$cli_dest/include/CLI/CLI.hpp" ]; then
   cli_src=/usr/include/CLI
-  if ! grep -qs "#define CLI11_VERSION \"${CLI11_VERSION}\"" "$cli_src/Version.hpp" && command -v apt-get >/dev/null 2>&1; then
+  if ! cli11_at "$cli_src" && command -v apt-get >/dev/null 2>&1; then
     cli_tmp=$(mktemp -d)
     if (cd "$cli_tmp" && apt-get download -q "libcli11-dev=${CLI11_VERSION}+ds-1" >/dev/null 2>&1 &&
         dpkg-deb -x libcli11-dev_*.deb unpacked); then
       cli_src=$cli_tmp/unpacked/usr/include/CLI
     fi
   fi
-  if grep -qs "#define CLI11_VERSION \"${CLI11_VERSION}\"" "$cli_src/Version.hpp"; then
+  if cli11_at "$cli_src"; then
     rm -rf "$cli_dest" && mkdir -p "$cli_dest/include" && cp -r "$cli_src" "$cli_dest/include/CLI"
   else
-    echo "warning: CLI11 ${CLI11_VERSION} not staged: /usr/include/CLI is missing or another version" \
+    echo "warning: CLI11 ${CLI11_VERSION} not staged: /usr/include/CLI is missing or another version and apt-get download failed" \
          "(apt-get install libcli11-dev on Debian 12); hmla-bench then needs -DHMLA_CLI11_INCLUDE_DIR=" >&2
   fi
   if [ -n "${cli_tmp:-}" ]; then rm -rf "$cli_tmp"; fi
