@@ -12,7 +12,7 @@
 // issued before any is used; the next U tokens' indices load before this group's data is used.
 // The grid is persistent (blocks per SM x 8 warps). Variants: U in {2, 4, 8, 16}, blocks per SM in
 // {1, 2, 4}; the best is the floor. A plain stream over the same number of bytes is printed beside it.
-// Four load paths, each alone (the kernel's forms of nc256 and of row prefetches into L2 measured
+// Four load paths, each alone, and two together (the kernel's forms of nc256 and of row prefetches into L2 measured
 // slower, docs/PERF.md, with the kernel's other work around them), since the narrow kernel takes the
 // same time on an H100 as on an H200 (84 and 82.6 us at b 128 h_q 16): its gather looks capped inside
 // the SM, not by HBM, and the paths differ in what inside the SM each request passes through:
@@ -23,7 +23,8 @@
 //           one per row: the TMA unit, not the L1), so that the loads find them there;
 //   bulk    one cp.async.bulk per row into a per-warp double buffer in shared memory, completing on an
 //           mbarrier (the TMA unit instead of the L1: whether rows issued from many warps this way pass
-//           the load path's cap; the kernel's earlier bulk form issued them from one warp).
+//           the load path's cap; the kernel's earlier bulk form issued them from one warp);
+//   nc + bulk  part of each warp's rows loaded, part copied, at once: whether the two caps add up.
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o gather_floor scripts/profile/gather_floor.cu && ./gather_floor
 #include <cuda_runtime.h>
 
@@ -138,34 +139,44 @@ __global__ void __launch_bounds__(32 * kWarps) gather(const uint8_t* cache, cons
   if (acc == 0x9e3779b9u) atomicXor(sink, acc);  // keeps the loads; almost never taken
 }
 
-// The bulk path: lane u < U of a warp copies row u of the warp's batch (its data bytes: a multiple
-// of 16 at a 16-byte-aligned address) with one cp.async.bulk into buffer k % 2 of the warp's two,
-// completing on that buffer's mbarrier, whose expected bytes lane 0 sets first. Batch k + 1 is issued
-// before batch k is waited for (two batches per warp in flight) and the rows' offsets load a batch
-// ahead, as in the load paths. MODEL1's scale word is loaded (ld.global.nc) by the row's lane.
+// The bulk path, alone or beside the loads: each warp's batch is U rows loaded as `nc` does (into
+// registers, used at the batch's end) and V rows copied by the TMA unit: lane v < V copies row U + v
+// (its data bytes: a multiple of 16 at a 16-byte-aligned address) with one cp.async.bulk into buffer
+// k % 2 of the warp's two, completing on that buffer's mbarrier, whose expected bytes lane 0 sets
+// first. A batch's copies are issued a batch before it is consumed (two batches' copies per warp in
+// flight) and every row's offset loads a batch before it is used. MODEL1's scale word is loaded
+// (ld.global.nc) by the lane that handles its row. U 0: the bulk path alone; U > 0: whether the two
+// paths' caps add up.
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-template <int U, bool kScalesApart>
-__global__ void __launch_bounds__(32 * kWarps) gather_bulk(const uint8_t* cache, const long long* rows,
-                                                           const long long* scale_at, long long count,
-                                                           int row_bytes, uint32_t* sink) {
+template <int U, int V, bool kScalesApart>
+__global__ void __launch_bounds__(32 * kWarps) gather_mixed(const uint8_t* cache, const long long* rows,
+                                                            const long long* scale_at, long long count,
+                                                            int tail_pieces, uint32_t* sink) {
+  static_assert(U + V <= 32 && V >= 1, "a lane per row of a batch; at least one copied row");
   extern __shared__ __align__(128) uint8_t buffers[];
   __shared__ __align__(8) uint64_t bars[kWarps][2];
   const int lane = threadIdx.x % 32;
   const int w = threadIdx.x / 32;
-  uint8_t* mine = buffers + static_cast<size_t>(w) * 2 * U * row_bytes;
+  const int row_bytes = 512 + 16 * tail_pieces;  // V3.2 656, MODEL1 576
+  uint8_t* mine = buffers + static_cast<size_t>(w) * 2 * V * row_bytes;
   if (lane < 2) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bars[w][lane])));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncwarp();
-  const long long warp = static_cast<long long>(blockIdx.x) * kWarps + w;
-  const long long step = static_cast<long long>(gridDim.x) * kWarps * U;
-  auto row_of = [&](long long first) { return lane < U && first + lane < count ? rows[first + lane] : -1LL; };
-  auto scale_of = [&](long long first) {
-    return kScalesApart && lane < U && first + lane < count ? scale_at[first + lane] : -1LL;
+  constexpr int B = U + V;
+  const long long step = static_cast<long long>(gridDim.x) * kWarps * B;
+  // Lane l's offsets in the batch at `at`: the loaded row U > l's, the copied row l < V's.
+  auto load_row = [&](long long at) { return lane < U && at + lane < count ? rows[at + lane] : -1LL; };
+  auto load_scale = [&](long long at) {
+    return kScalesApart && lane < U && at + lane < count ? scale_at[at + lane] : -1LL;
+  };
+  auto copy_row = [&](long long at) { return lane < V && at + U + lane < count ? rows[at + U + lane] : -1LL; };
+  auto copy_scale = [&](long long at) {
+    return kScalesApart && lane < V && at + U + lane < count ? scale_at[at + U + lane] : -1LL;
   };
   // Batch k's copies; returns this lane's scale word (loaded now, used when the batch is consumed).
   auto issue = [&](long long row, long long scale, int k) {
@@ -177,7 +188,7 @@ __global__ void __launch_bounds__(32 * kWarps) gather_bulk(const uint8_t* cache,
                    : "memory");
     __syncwarp();
     if (row >= 0) {
-      const uint32_t dst = smem_u32(mine + static_cast<size_t>((k & 1) * U + lane) * row_bytes);
+      const uint32_t dst = smem_u32(mine + static_cast<size_t>((k & 1) * V + lane) * row_bytes);
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
                    "l"(cache + row), "r"(row_bytes), "r"(bar)
                    : "memory");
@@ -185,14 +196,33 @@ __global__ void __launch_bounds__(32 * kWarps) gather_bulk(const uint8_t* cache,
     return kScalesApart && scale >= 0 ? ld_nc_u32(cache + scale) : 0u;
   };
   uint32_t acc = 0;
-  long long first = warp * U;
-  uint32_t scale_word = issue(row_of(first), scale_of(first), 0);
-  long long next_row = row_of(first + step), next_scale = scale_of(first + step);
+  long long first = (static_cast<long long>(blockIdx.x) * kWarps + w) * B;
+  uint32_t copied_scale = issue(copy_row(first), copy_scale(first), 0);
+  long long next_copy = copy_row(first + step), next_copy_scale = copy_scale(first + step);
+  long long my_row = load_row(first), my_scale = load_scale(first);
   for (int k = 0; first < count; ++k, first += step) {
-    uint32_t next_word = 0;
-    if (first + step < count) next_word = issue(next_row, next_scale, k + 1);
-    next_row = row_of(first + 2 * step);
-    next_scale = scale_of(first + 2 * step);
+    uint32_t next_copied_scale = 0;
+    if (first + step < count) next_copied_scale = issue(next_copy, next_copy_scale, k + 1);
+    next_copy = copy_row(first + 2 * step);
+    next_copy_scale = copy_scale(first + 2 * step);
+    const long long next_row = load_row(first + step), next_scale = load_scale(first + step);
+    uint4 head[U > 0 ? U : 1], tail[U > 0 ? U : 1];
+    uint32_t scale[U > 0 ? U : 1];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long r = __shfl_sync(0xffffffffu, my_row, u);
+      head[u] = make_uint4(0, 0, 0, 0);
+      tail[u] = make_uint4(0, 0, 0, 0);
+      scale[u] = 0;
+      if (r >= 0) {
+        head[u] = ld_nc(cache + r + 16 * lane);
+        if (lane < tail_pieces) tail[u] = ld_nc(cache + r + 512 + 16 * lane);
+        if (kScalesApart) {
+          const long long sc = __shfl_sync(0xffffffffu, my_scale, u);
+          if (lane == 0) scale[u] = ld_nc_u32(cache + sc);
+        }
+      }
+    }
     const uint32_t bar = smem_u32(&bars[w][k & 1]);
     const uint32_t parity = (k >> 1) & 1;
     asm volatile(
@@ -200,9 +230,13 @@ __global__ void __launch_bounds__(32 * kWarps) gather_bulk(const uint8_t* cache,
         " @!done bra wait_%=;\n}" ::"r"(bar),
         "r"(parity)
         : "memory");
-    if (lane < U) acc ^= *reinterpret_cast<const uint32_t*>(mine + static_cast<size_t>((k & 1) * U + lane) * row_bytes);
-    acc ^= scale_word;
-    scale_word = next_word;
+    if (lane < V) acc ^= *reinterpret_cast<const uint32_t*>(mine + static_cast<size_t>((k & 1) * V + lane) * row_bytes);
+    acc ^= copied_scale;
+    copied_scale = next_copied_scale;
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= head[u].x ^ head[u].y ^ head[u].z ^ head[u].w ^ tail[u].x ^ tail[u].w ^ scale[u];
+    my_row = next_row;
+    my_scale = next_scale;
     // The buffer's next copy (batch k + 2, an async-proxy write) after this generic read.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncwarp();
@@ -297,16 +331,14 @@ int main(int argc, char** argv) {
     std::printf("%s s_k %d: %lld tokens, %.1f MB named, cache %.2f GB\n", L.name, s_k, count, bytes / 1e6,
                 cache_bytes / 1e9);
     double best = 1e30;
-    const char* best_at = "";
-    char label[96];
-    auto report = [&](double us, Path path, int u, int per_sm) {
-      std::snprintf(label, sizeof(label), "%-5s U %2d, %d blocks/SM (%2d warps)", path_name(path), u, per_sm,
-                    per_sm * kWarps);
+    char best_at[96] = "";
+    // One variant's time; `rows_in` says which path each row takes and how many per warp and batch.
+    auto report = [&](double us, const char* rows_in, int per_sm) {
+      char label[96];
+      std::snprintf(label, sizeof(label), "%s, %d blocks/SM (%2d warps)", rows_in, per_sm, per_sm * kWarps);
       if (us < best) {
         best = us;
-        static char best_label[96];
-        std::snprintf(best_label, sizeof(best_label), "%s", label);
-        best_at = best_label;
+        std::snprintf(best_at, sizeof(best_at), "%s", label);
       }
       std::printf("  gather %s: %8.2f us  %7.1f GB/s\n", label, us, bytes / us / 1e3);
     };
@@ -317,22 +349,25 @@ int main(int argc, char** argv) {
           },
           kSets);
       CHECK(cudaGetLastError());
-      report(us, path, u, per_sm);
+      char rows_in[48];
+      std::snprintf(rows_in, sizeof(rows_in), "%-5s U %2d", path_name(path), u);
+      report(us, rows_in, per_sm);
     };
-    // The bulk path's rows: V3.2's whole 656-byte token, MODEL1's 576 data bytes (its scale word apart).
-    const int bulk_row_bytes = L.data_bytes;
-    auto run_bulk = [&](auto kernel, int u, int per_sm) {
-      const size_t smem = static_cast<size_t>(kWarps) * 2 * u * bulk_row_bytes;
+    // U rows per warp loaded, V copied (bulk: V3.2's whole 656-byte token, MODEL1's 576 data bytes).
+    auto run_mixed = [&](auto kernel, int u, int v, int per_sm) {
+      const size_t smem = static_cast<size_t>(kWarps) * 2 * v * L.data_bytes;
       if (smem * per_sm > 220 * 1024) return;  // that many blocks would not be resident together
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       const double us = median_us(
           [&](int set) {
-            kernel<<<sms * per_sm, 32 * kWarps, smem>>>(cache, rows_d[set], scales_d[set], count, bulk_row_bytes,
-                                                         sink);
+            kernel<<<sms * per_sm, 32 * kWarps, smem>>>(cache, rows_d[set], scales_d[set], count, tail_pieces, sink);
           },
           kSets);
       CHECK(cudaGetLastError());
-      report(us, Path::kBulk, u, per_sm);
+      char rows_in[48];
+      if (u == 0) std::snprintf(rows_in, sizeof(rows_in), "%-5s U %2d", path_name(Path::kBulk), v);
+      else std::snprintf(rows_in, sizeof(rows_in), "nc U %d + bulk V %d", u, v);
+      report(us, rows_in, per_sm);
     };
     auto run_all = [&](auto scales_apart) {
       constexpr bool kApart = decltype(scales_apart)::value;
@@ -353,10 +388,18 @@ int main(int argc, char** argv) {
         run(gather<16, kApart, Path::kL2Prefetch>, Path::kL2Prefetch, 16, per_sm);
       }
       for (int per_sm : {1, 2, 4}) {
-        run_bulk(gather_bulk<2, kApart>, 2, per_sm);
-        run_bulk(gather_bulk<4, kApart>, 4, per_sm);
-        run_bulk(gather_bulk<8, kApart>, 8, per_sm);
-        run_bulk(gather_bulk<16, kApart>, 16, per_sm);
+        run_mixed(gather_mixed<0, 2, kApart>, 0, 2, per_sm);
+        run_mixed(gather_mixed<0, 4, kApart>, 0, 4, per_sm);
+        run_mixed(gather_mixed<0, 8, kApart>, 0, 8, per_sm);
+        run_mixed(gather_mixed<0, 16, kApart>, 0, 16, per_sm);
+      }
+      // Both paths at once, at the narrow kernel's shape (8 warps, 8-16 rows per warp in registers)
+      // and with 16 warps per SM.
+      for (int per_sm : {1, 2}) {
+        run_mixed(gather_mixed<8, 4, kApart>, 8, 4, per_sm);
+        run_mixed(gather_mixed<8, 8, kApart>, 8, 8, per_sm);
+        run_mixed(gather_mixed<16, 4, kApart>, 16, 4, per_sm);
+        run_mixed(gather_mixed<16, 8, kApart>, 16, 8, per_sm);
       }
     };
     if (L.scales_apart) run_all(std::true_type{});
