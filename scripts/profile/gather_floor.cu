@@ -14,8 +14,9 @@
 // {1, 2, 4}; the best is the floor. A plain stream over the same number of bytes is printed beside it.
 // Four load paths, each alone, and two together (the kernel's forms of nc256 and of row prefetches into L2 measured
 // slower, docs/PERF.md, with the kernel's other work around them), since the narrow kernel takes the
-// same time on an H100 as on an H200 (84 and 82.6 us at b 128 h_q 16): its gather looks capped inside
-// the SM, not by HBM, and the paths differ in what inside the SM each request passes through:
+// same time on an H100 as on an H200 (84 and 82.6 us at b 128 h_q 16): the SM sets its pace, either
+// its path for the requests or the producers' work around them, and the paths differ in what inside
+// the SM each request passes through:
 //   nc      ld.global.nc, as the kernel loads (the L1's miss handling tracks every sector);
 //   nc256   the same with .L1::no_allocate.L2::256B (no L1 line; the L2 asked for 256-byte blocks,
 //           fewer DRAM requests per 656-byte row);
