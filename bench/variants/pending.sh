@@ -11,6 +11,11 @@
 #                                                sparse decode rows with it
 #   bash bench/variants/pending.sh run plan      device (~9 min): the plan-step diagnostic, then compare.py
 #                                                on main: sparse decode and sparse prefill rows
+#   bash bench/variants/pending.sh run narrow    device (~9 min): main against sixteen producer warps in the
+#                                                narrow form (sparse_narrow_sixteen_producer_warps.patch) at
+#                                                h_q 16 (n16) and at h_q 16 and 32 (n16all) on the narrow
+#                                                rows, n16all's tests and sanitizer cases, then compare.py's
+#                                                sparse decode rows with n16
 #   bash bench/variants/pending.sh run profile   device (~5 min): Nsight Compute on V3.2 b 128 h_q 16 and
 #                                                h_q 64 with the memory and instruction sections, and on
 #                                                the plan kernel at b 4096 and b 128
@@ -30,13 +35,17 @@ build() {
   bash $b plainsmem --patch $v/plan_diag_plain_kernel.patch --only src/scheduler/decode_scheduler \
     --flags "-DHMLA_PLAN_DIAG_PLAIN -DHMLA_PLAN_DIAG_PLAIN_SMEM"
   bash $b wide --patch $v/sparse_wide_l1_prefetch_indices_first.patch --tests
+  bash $b n16 --patch $v/sparse_narrow_sixteen_producer_warps.patch
+  bash $b n16all --patch $v/sparse_narrow_sixteen_producer_warps.patch --tests \
+    --flags "-DHMLA_NARROW_SIXTEEN_PRODUCER_WARPS=2"
   local d=.deps/variants
-  rm -rf .deps/plan .deps/wide && mkdir -p .deps/plan .deps/wide
+  rm -rf .deps/plan .deps/wide .deps/narrow && mkdir -p .deps/plan .deps/wide .deps/narrow
   cp $d/bench_main $d/bench_empty $d/bench_plain $d/bench_plainsmem .deps/plan/
   cp $d/bench_main $d/bench_wide $d/tests_wide .deps/wide/
+  cp $d/bench_main $d/bench_n16 $d/bench_n16all $d/tests_n16all .deps/narrow/
   # The Python package's build on the device needs CUTLASS's headers (include/ and
   # tools/util/include/ only: ~1 MiB packed).
-  bash scripts/carry_pack.sh .deps/plan .deps/wide
+  bash scripts/carry_pack.sh .deps/plan .deps/wide .deps/narrow
   tar cf - .deps/cutlass-*/cutlass_library/source/include .deps/cutlass-*/cutlass_library/source/tools/util/include |
     xz -T0 -6 > .deps/packed/deps_cutlass.txz
   # The comparison kit and the stored anchors travel as copies (the device sees only the repository).
@@ -48,6 +57,14 @@ build() {
     echo "warning: $shared/compare not found: .deps/anchors and .deps/compare not staged (compare.py needs them)" >&2
   fi
 }
+
+# The narrow form's rows of the default sweep (h_q 16 and 32).
+narrow_rows="sparse-decode --layout v32 --b 128 --s-q 1 --h-q 16 --s-k 32768 --page 64 --topk 2048
+sparse-decode --layout v32 --b 16 --s-q 1 --h-q 16 --s-k 32768 --page 64 --topk 2048
+sparse-decode --layout v32 --b 128 --s-q 1 --h-q 32 --s-k 32768 --page 64 --topk 2048
+sparse-decode --layout model1 --b 128 --s-q 2 --h-q 16 --s-k 16384 --page 256 --topk 128 --extra-topk 512 --extra-page 64 --extra-s-k 16384"
+# The sanitizer subset's cases of h_q <= 32 (the narrow form).
+narrow_sanitizer_cases='*SparseDecodeSanitizer*hq16*:*SparseDecodeSanitizer*hq8_*:*SparseDecodeSanitizer*hq32*:*SparseDecodeSanitizer*hq1'
 
 case "${1:-}" in
   build) build ;;
@@ -73,6 +90,13 @@ case "${1:-}" in
           > "$OUT/plan/plan_step.txt" 2>&1
         grep -E "^r[0-9]" "$OUT/plan/plan_step.txt" | cut -c1-200
         LIMIT=420 COMPARE="sparse_decode sparse_prefill" bash scripts/gpu_call.sh ;;
+      narrow)
+        # Sixteen producer warps of 4 tokens, one tile each (640 threads), against main's eight with
+        # two tiles (h_q 16) or one (h_q 32): whether the narrow producers are short of warps to hide
+        # their latencies (docs/PERF.md, "Sixteen producer warps in the narrow form").
+        LIMIT=${CALL_LIMIT:-540} HMLA_AB_REPS=3 HMLA_AB_ROWS="$narrow_rows" HMLA_AB_TIMEOUT=170 HMLA_VARIANT_TEST_TIMEOUT=90 \
+          HMLA_VARIANT_SANITIZE_n16all="$narrow_sanitizer_cases" HMLA_SANITIZER_TIMEOUT=60 VARIANTS=.deps/narrow \
+          PATCH=$v/sparse_narrow_sixteen_producer_warps.patch COMPARE=sparse_decode bash scripts/gpu_call.sh ;;
       profile)
         # What caps the narrow form's gather: L1/LSU throughput, sectors per request, the producers'
         # issue share (h_q 16), beside the wide form's h_q 64 row; then the plan kernel at b 4096
@@ -92,7 +116,7 @@ case "${1:-}" in
             bash scripts/gpu_profile.sh stalls --layout v32 --b $b --s-q 1 --h-q 16 --topk 64 --s-k 4096
         done
         (cd "$OUT" && tar czf /tmp/out.tgz . && find . -mindepth 1 -delete && mv /tmp/out.tgz .) ;;
-      *) echo "usage: $0 run wide|plan|profile" >&2; exit 2 ;;
+      *) echo "usage: $0 run wide|narrow|plan|profile" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: $0 build | run wide|plan|profile" >&2; exit 2 ;;
+  *) echo "usage: $0 build | run wide|narrow|plan|profile" >&2; exit 2 ;;
 esac
