@@ -85,6 +85,44 @@ const char* path_name(Path p) {
   return p == Path::kNc ? "nc" : p == Path::kNc256 ? "nc256" : p == Path::kL2Prefetch ? "l2pf" : "bulk";
 }
 
+// One warp's batch of U rows into registers: lane l loads 16-byte piece l of each row's first 512
+// bytes, lanes below tail_pieces the rest, lane 0 MODEL1's scale word; row u's offsets are in lane u
+// (my_row < 0: no row). Every load is issued before any is used; fold() uses them.
+template <int U, bool kScalesApart, Path kPath>
+struct RowBatch {
+  uint4 head[U > 0 ? U : 1], tail[U > 0 ? U : 1];
+  uint32_t scale[U > 0 ? U : 1];
+  __device__ __forceinline__ void load(const uint8_t* cache, long long my_row, long long my_scale, int tail_pieces,
+                                       int lane) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long r = __shfl_sync(0xffffffffu, my_row, u);
+      head[u] = make_uint4(0, 0, 0, 0);
+      tail[u] = make_uint4(0, 0, 0, 0);
+      scale[u] = 0;
+      if (r >= 0) {
+        if constexpr (kPath == Path::kNc256) {
+          head[u] = ld_nc_wide(cache + r + 16 * lane);
+          if (lane < tail_pieces) tail[u] = ld_nc_wide(cache + r + 512 + 16 * lane);
+        } else {
+          head[u] = ld_nc(cache + r + 16 * lane);
+          if (lane < tail_pieces) tail[u] = ld_nc(cache + r + 512 + 16 * lane);
+        }
+        if (kScalesApart) {
+          const long long sc = __shfl_sync(0xffffffffu, my_scale, u);
+          if (lane == 0) scale[u] = ld_nc_u32(cache + sc);
+        }
+      }
+    }
+  }
+  __device__ __forceinline__ uint32_t fold() const {
+    uint32_t acc = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= head[u].x ^ head[u].y ^ head[u].z ^ head[u].w ^ tail[u].x ^ tail[u].w ^ scale[u];
+    return acc;
+  }
+};
+
 template <int U, bool kScalesApart, Path kPath>
 __global__ void __launch_bounds__(32 * kWarps) gather(const uint8_t* cache, const long long* rows,
                                                       const long long* scale_at, long long count, int tail_pieces,
@@ -110,30 +148,9 @@ __global__ void __launch_bounds__(32 * kWarps) gather(const uint8_t* cache, cons
     }
     const long long next_row = lane < U && next + lane < count ? rows[next + lane] : -1;
     const long long next_scale = kScalesApart && lane < U && next + lane < count ? scale_at[next + lane] : -1;
-    uint4 head[U], tail[U];
-    uint32_t scale[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long long r = __shfl_sync(0xffffffffu, my_row, u);
-      head[u] = make_uint4(0, 0, 0, 0);
-      tail[u] = make_uint4(0, 0, 0, 0);
-      scale[u] = 0;
-      if (r >= 0) {
-        if constexpr (kPath == Path::kNc256) {
-          head[u] = ld_nc_wide(cache + r + 16 * lane);
-          if (lane < tail_pieces) tail[u] = ld_nc_wide(cache + r + 512 + 16 * lane);
-        } else {
-          head[u] = ld_nc(cache + r + 16 * lane);
-          if (lane < tail_pieces) tail[u] = ld_nc(cache + r + 512 + 16 * lane);
-        }
-        if (kScalesApart) {
-          const long long s = __shfl_sync(0xffffffffu, my_scale, u);
-          if (lane == 0) scale[u] = ld_nc_u32(cache + s);
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= head[u].x ^ head[u].y ^ head[u].z ^ head[u].w ^ tail[u].x ^ tail[u].w ^ scale[u];
+    RowBatch<U, kScalesApart, kPath> batch;
+    batch.load(cache, my_row, my_scale, tail_pieces, lane);
+    acc ^= batch.fold();
     my_row = next_row;
     my_scale = next_scale;
   }
@@ -207,23 +224,8 @@ __global__ void __launch_bounds__(32 * kWarps) gather_mixed(const uint8_t* cache
     next_copy = copy_row(first + 2 * step);
     next_copy_scale = copy_scale(first + 2 * step);
     const long long next_row = load_row(first + step), next_scale = load_scale(first + step);
-    uint4 head[U > 0 ? U : 1], tail[U > 0 ? U : 1];
-    uint32_t scale[U > 0 ? U : 1];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long long r = __shfl_sync(0xffffffffu, my_row, u);
-      head[u] = make_uint4(0, 0, 0, 0);
-      tail[u] = make_uint4(0, 0, 0, 0);
-      scale[u] = 0;
-      if (r >= 0) {
-        head[u] = ld_nc(cache + r + 16 * lane);
-        if (lane < tail_pieces) tail[u] = ld_nc(cache + r + 512 + 16 * lane);
-        if (kScalesApart) {
-          const long long sc = __shfl_sync(0xffffffffu, my_scale, u);
-          if (lane == 0) scale[u] = ld_nc_u32(cache + sc);
-        }
-      }
-    }
+    RowBatch<U, kScalesApart, Path::kNc> batch;
+    batch.load(cache, my_row, my_scale, tail_pieces, lane);
     const uint32_t bar = smem_u32(&bars[w][k & 1]);
     const uint32_t parity = (k >> 1) & 1;
     asm volatile(
@@ -234,8 +236,7 @@ __global__ void __launch_bounds__(32 * kWarps) gather_mixed(const uint8_t* cache
     if (lane < V) acc ^= *reinterpret_cast<const uint32_t*>(mine + static_cast<size_t>((k & 1) * V + lane) * row_bytes);
     acc ^= copied_scale;
     copied_scale = next_copied_scale;
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= head[u].x ^ head[u].y ^ head[u].z ^ head[u].w ^ tail[u].x ^ tail[u].w ^ scale[u];
+    acc ^= batch.fold();
     my_row = next_row;
     my_scale = next_scale;
     // The buffer's next copy (batch k + 2, an async-proxy write) after this generic read.
