@@ -9,8 +9,11 @@
 #                                                with the indices first (sparse_wide_l1_prefetch_indices_first.patch)
 #                                                on the 14 sparse decode rows, its tests, then compare.py's
 #                                                sparse decode rows with it
-#   bash bench/variants/pending.sh run plan      device (~9 min): the plan-step diagnostic, then compare.py
-#                                                on main: sparse decode and sparse prefill rows
+#   bash bench/variants/pending.sh run plan      device (~9 min): the plan kernel with its per-request shared
+#                                                arrays padded against bank conflicts
+#                                                (plan_padded_shared_arrays.patch) against main, its tests,
+#                                                the plan-step diagnostic, then compare.py's sparse prefill
+#                                                rows on main
 #   bash bench/variants/pending.sh run narrow    device (~9 min): main against sixteen producer warps in the
 #                                                narrow form (sparse_narrow_sixteen_producer_warps.patch) at
 #                                                h_q 16 (n16) and at h_q 16 and 32 (n16all) on the narrow
@@ -34,13 +37,14 @@ build() {
     --flags "-DHMLA_PLAN_DIAG_PLAIN"
   bash $b plainsmem --patch $v/plan_diag_plain_kernel.patch --only src/scheduler/decode_scheduler \
     --flags "-DHMLA_PLAN_DIAG_PLAIN -DHMLA_PLAN_DIAG_PLAIN_SMEM"
+  bash $b padded --patch $v/plan_padded_shared_arrays.patch --only src/scheduler/decode_scheduler --tests
   bash $b wide --patch $v/sparse_wide_l1_prefetch_indices_first.patch --tests
   bash $b n16 --patch $v/sparse_narrow_sixteen_producer_warps.patch
   bash $b n16all --patch $v/sparse_narrow_sixteen_producer_warps.patch --tests \
     --flags "-DHMLA_NARROW_SIXTEEN_PRODUCER_WARPS=2"
   local d=.deps/variants
   rm -rf .deps/plan .deps/wide .deps/narrow && mkdir -p .deps/plan .deps/wide .deps/narrow
-  cp $d/bench_main $d/bench_empty $d/bench_plain $d/bench_plainsmem .deps/plan/
+  cp $d/bench_main $d/bench_empty $d/bench_plain $d/bench_plainsmem $d/bench_padded $d/tests_padded .deps/plan/
   cp $d/bench_main $d/bench_wide $d/tests_wide .deps/wide/
   cp $d/bench_main $d/bench_n16 $d/bench_n16all $d/tests_n16all .deps/narrow/
   # The Python package's build on the device needs CUTLASS's headers (include/ and
@@ -82,14 +86,26 @@ case "${1:-}" in
         LIMIT=$((${CALL_LIMIT:-530} - (SECONDS - floor_start))) HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=130 HMLA_VARIANT_TEST_TIMEOUT=70 VARIANTS=.deps/wide \
           PATCH=$v/sparse_wide_l1_prefetch_indices_first.patch COMPARE=sparse_decode bash scripts/gpu_call.sh ;;
       plan)
-        # The plan-step rows first, with the CPUs idle (the step's host launches are part of what
-        # they time), then the builds for compare.py.
+        # The padded plan against main (plan_us on six rows, the plan kernel alone under Nsight
+        # Compute), its plan and fuzz tests and memcheck on the plan's form edges; then the plan-step
+        # rows (every bench of .deps/plan), all with the CPUs idle (the step's host launches are part
+        # of what they time); then compare.py's sparse prefill rows on main.
         OUT=${OUT:-$PWD/gpu-out}
         mkdir -p "$OUT/plan"
+        bash scripts/carry_pack.sh --unpack
+        timeout 150 bash scripts/gpu_plan_time.sh .deps/plan/bench_main .deps/plan/bench_padded \
+          > "$OUT/plan/plan_time.txt" 2>&1
+        grep -F "|" "$OUT/plan/plan_time.txt" | cut -c1-160
+        HMLA_FUZZ_SECONDS=10 timeout 100 .deps/plan/tests_padded --gtest_brief=1 \
+          --gtest_filter='*DecodePlan*:DenseDecodeFuzz*:SparseDecodeFuzz*' > "$OUT/plan/tests_padded.log" 2>&1
+        echo "tests_padded: rc $?; $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/plan/tests_padded.log" | head -n 3 | tr '\n' ' ')"
+        timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 .deps/plan/tests_padded --gtest_brief=1 \
+          --gtest_filter='*DecodePlan*FormEdges*' > "$OUT/plan/memcheck_padded.log" 2>&1
+        echo "memcheck: rc $?; $(grep -E 'ERROR SUMMARY' "$OUT/plan/memcheck_padded.log" | tail -n 1)"
         HMLA_STEP_MODES=plan HMLA_STEP_ROWS="0 2" timeout 150 bash scripts/profile/plan_step_before.sh \
           > "$OUT/plan/plan_step.txt" 2>&1
         grep -E "^r[0-9]" "$OUT/plan/plan_step.txt" | cut -c1-200
-        LIMIT=420 COMPARE="sparse_decode sparse_prefill" bash scripts/gpu_call.sh ;;
+        LIMIT=$((${CALL_LIMIT:-560} - SECONDS)) COMPARE="sparse_prefill" bash scripts/gpu_call.sh ;;
       narrow)
         # Sixteen producer warps of 4 tokens, one tile each (640 threads), against main's eight with
         # two tiles (h_q 16) or one (h_q 32): whether the narrow producers are short of warps to hide
@@ -101,7 +117,8 @@ case "${1:-}" in
         # What caps the narrow form's gather: L1/LSU throughput, sectors per request, the producers'
         # issue share (h_q 16), beside the wide form's h_q 64 row; then the plan kernel at b 4096
         # and b 128 (kernel alone, warm as between an engine's plans), whose per-request cost
-        # (~1.6 us per request a thread handles past 1000 requests) no reading of the code explains.
+        # (~1.6 us per request a thread handles past 1000 requests) may be shared-memory bank
+        # conflicts (the memory tables count them; plan_padded_shared_arrays.patch removes them).
         OUT=${OUT:-$PWD/gpu-out}
         mkdir -p "$OUT"
         bash scripts/carry_pack.sh --unpack
@@ -112,7 +129,8 @@ case "${1:-}" in
         done
         for b in 4096 128; do
           OUT=$OUT/plan_b$b HMLA_BENCH_BIN=.deps/plan/bench_main HMLA_PROFILE_FAMILY=sparse-decode HMLA_PROFILE_TIMEOUT=90 \
-            HMLA_PROFILE_KERNEL=decode_scheduler_kernel HMLA_PROFILE_NCU_FLAGS="--cache-control none" \
+            HMLA_PROFILE_KERNEL=decode_scheduler_kernel \
+            HMLA_PROFILE_NCU_FLAGS="--cache-control none --section MemoryWorkloadAnalysis_Tables" \
             bash scripts/gpu_profile.sh stalls --layout v32 --b $b --s-q 1 --h-q 16 --topk 64 --s-k 4096
         done
         (cd "$OUT" && tar czf /tmp/out.tgz . && find . -mindepth 1 -delete && mv /tmp/out.tgz .) ;;
