@@ -5,6 +5,10 @@
 #                                                and the plan diagnostics (.deps/plan), packed with the
 #                                                CUTLASS headers, and the comparison kit staged
 #                                                (scripts/build.sh first: ~5 min, this ~12 min)
+#   bash bench/variants/pending.sh run survey    device (~7 min): every built variant timed, nothing tested: the
+#                                                gather floor, main / wide / n16 / n16all on the 14 sparse
+#                                                decode rows, main / padded plan_us (the first call of a
+#                                                session with little device time: then test the winners)
 #   bash bench/variants/pending.sh run wide      device (~9 min): the gather floor, main against the wide form's L1 prefetch
 #                                                with the indices first (sparse_wide_l1_prefetch_indices_first.patch)
 #                                                on the 14 sparse decode rows, its tests, then compare.py's
@@ -74,6 +78,20 @@ case "${1:-}" in
   build) build ;;
   run)
     case "${2:-}" in
+      survey)
+        OUT=${OUT:-$PWD/gpu-out}
+        mkdir -p "$OUT"
+        bash scripts/carry_pack.sh --unpack
+        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/gather_floor scripts/profile/gather_floor.cu &&
+          timeout 100 /tmp/gather_floor 128 2048 > "$OUT/gather_floor.txt" 2>&1
+        grep -E "floor|SMs" "$OUT/gather_floor.txt"
+        rm -rf .deps/survey && mkdir -p .deps/survey
+        cp .deps/wide/bench_main .deps/wide/bench_wide .deps/narrow/bench_n16 .deps/narrow/bench_n16all .deps/survey/
+        OUT=$OUT/variants HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=290 bash scripts/gpu_variants.sh .deps/survey
+        HMLA_PLAN_NCU=0 timeout 100 bash scripts/gpu_plan_time.sh .deps/plan/bench_main .deps/plan/bench_padded \
+          > "$OUT/plan_time.txt" 2>&1
+        grep -F "|" "$OUT/plan_time.txt" | cut -c1-160
+        (cd "$OUT" && tar czf /tmp/out.tgz . && find . -mindepth 1 -delete && mv /tmp/out.tgz .) ;;
       wide)
         # The gather floor first (scripts/profile/gather_floor.cu: the named rows read with nothing
         # else to do; ~1 min with its build), then the variants and compare.py in what is left.
@@ -134,7 +152,7 @@ case "${1:-}" in
             bash scripts/gpu_profile.sh stalls --layout v32 --b $b --s-q 1 --h-q 16 --topk 64 --s-k 4096
         done
         (cd "$OUT" && tar czf /tmp/out.tgz . && find . -mindepth 1 -delete && mv /tmp/out.tgz .) ;;
-      *) echo "usage: $0 run wide|narrow|plan|profile" >&2; exit 2 ;;
+      *) echo "usage: $0 run survey|wide|narrow|plan|profile" >&2; exit 2 ;;
     esac ;;
-  *) echo "usage: $0 build | run wide|narrow|plan|profile" >&2; exit 2 ;;
+  *) echo "usage: $0 build | run survey|wide|narrow|plan|profile" >&2; exit 2 ;;
 esac
