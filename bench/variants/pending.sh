@@ -6,7 +6,7 @@
 #                                                CUTLASS headers, and the comparison kit staged
 #                                                (scripts/build.sh first: ~5 min, this ~12 min)
 #   bash bench/variants/pending.sh run survey    device (~7 min): every built variant timed, nothing tested: the
-#                                                gather floor, main / wide / n16 / n16all on the 14 sparse
+#                                                gather floor, main / wide / n16 / n16all / n16x2 on the 14 sparse
 #                                                decode rows, main / padded plan_us (the first call of a
 #                                                session with little device time: then test the winners)
 #   bash bench/variants/pending.sh run wide      device (~9 min): the gather floor, main against the wide form's L1 prefetch
@@ -20,7 +20,7 @@
 #                                                rows on main
 #   bash bench/variants/pending.sh run narrow    device (~9 min): main against sixteen producer warps in the
 #                                                narrow form (sparse_narrow_sixteen_producer_warps.patch) at
-#                                                h_q 16 (n16) and at h_q 16 and 32 (n16all) on the narrow
+#                                                h_q 16 (n16, n16x2 with two tiles) and at h_q 16 and 32 (n16all) on the narrow
 #                                                rows, n16all's tests and sanitizer cases, then compare.py's
 #                                                sparse decode rows with n16
 #   bash bench/variants/pending.sh run profile   device (~5 min): Nsight Compute on V3.2 b 128 h_q 16 and
@@ -46,11 +46,13 @@ build() {
   bash $b n16 --patch $v/sparse_narrow_sixteen_producer_warps.patch
   bash $b n16all --patch $v/sparse_narrow_sixteen_producer_warps.patch --tests \
     --flags "-DHMLA_NARROW_SIXTEEN_PRODUCER_WARPS=2"
+  bash $b n16x2 --patch $v/sparse_narrow_sixteen_producer_warps.patch \
+    --flags "-DHMLA_NARROW_SIXTEEN_PRODUCER_WARPS=3"
   local d=.deps/variants
   rm -rf .deps/plan .deps/wide .deps/narrow && mkdir -p .deps/plan .deps/wide .deps/narrow
   cp $d/bench_main $d/bench_empty $d/bench_plain $d/bench_plainsmem $d/bench_padded $d/tests_padded .deps/plan/
   cp $d/bench_main $d/bench_wide $d/tests_wide .deps/wide/
-  cp $d/bench_main $d/bench_n16 $d/bench_n16all $d/tests_n16all .deps/narrow/
+  cp $d/bench_main $d/bench_n16 $d/bench_n16all $d/bench_n16x2 $d/tests_n16all .deps/narrow/
   # The Python package's build on the device needs CUTLASS's headers (include/ and
   # tools/util/include/ only: ~1 MiB packed).
   bash scripts/carry_pack.sh .deps/plan .deps/wide .deps/narrow
@@ -85,9 +87,15 @@ case "${1:-}" in
         /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/gather_floor scripts/profile/gather_floor.cu &&
           timeout 100 /tmp/gather_floor 128 2048 > "$OUT/gather_floor.txt" 2>&1
         grep -E "floor|SMs" "$OUT/gather_floor.txt"
-        rm -rf .deps/survey && mkdir -p .deps/survey
-        cp .deps/wide/bench_main .deps/wide/bench_wide .deps/narrow/bench_n16 .deps/narrow/bench_n16all .deps/survey/
-        OUT=$OUT/variants HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=290 bash scripts/gpu_variants.sh .deps/survey
+        # Benches only (gpu_variants.sh would run any test binary beside them): the wide form on the
+        # 14 sparse decode rows, the narrow forms on the narrow rows.
+        rm -rf .deps/survey_wide .deps/survey_narrow && mkdir -p .deps/survey_wide .deps/survey_narrow
+        cp .deps/wide/bench_main .deps/wide/bench_wide .deps/survey_wide/
+        cp .deps/narrow/bench_main .deps/narrow/bench_n16 .deps/narrow/bench_n16all .deps/narrow/bench_n16x2 \
+          .deps/survey_narrow/
+        OUT=$OUT/wide HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=150 bash scripts/gpu_variants.sh .deps/survey_wide
+        OUT=$OUT/narrow HMLA_AB_REPS=3 HMLA_AB_ROWS="$narrow_rows" HMLA_AB_TIMEOUT=150 \
+          bash scripts/gpu_variants.sh .deps/survey_narrow
         HMLA_PLAN_NCU=0 timeout 100 bash scripts/gpu_plan_time.sh .deps/plan/bench_main .deps/plan/bench_padded \
           > "$OUT/plan_time.txt" 2>&1
         grep -F "|" "$OUT/plan_time.txt" | cut -c1-160
