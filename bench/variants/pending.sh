@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The variants of bench/variants built and not yet run, and the device calls that run them
 # (bench/variants/README.md says what each expects; docs/PERF.md has the predictions).
-#   bash bench/variants/pending.sh build         workstation: main's bench, the wide variant (.deps/wide)
-#                                                and the plan diagnostics (.deps/plan), packed with the
+#   bash bench/variants/pending.sh build         workstation: main's bench and every variant below
+#                                                (.deps/wide, .deps/narrow, .deps/plan), packed with the
 #                                                CUTLASS headers, and the comparison kit staged
 #                                                (scripts/build.sh first: ~5 min, this ~12 min)
-#   bash bench/variants/pending.sh run survey    device (~7 min): every built variant timed, nothing tested: the
-#                                                gather floor, main / wide / n16 / n16all / n16x2 on the 14 sparse
-#                                                decode rows, main / padded plan_us (the first call of a
-#                                                session with little device time: then test the winners)
+#   bash bench/variants/pending.sh run survey    device (~7 min): every built variant timed, nothing tested:
+#                                                the gather floor, main / wide on the 14 sparse decode rows,
+#                                                main / n16 / n16all / n16x2 on the narrow rows, main /
+#                                                padded plan_us (when device time is short: then test the
+#                                                winners)
 #   bash bench/variants/pending.sh run wide      device (~9 min): the gather floor, main against the wide form's L1 prefetch
 #                                                with the indices first (sparse_wide_l1_prefetch_indices_first.patch)
 #                                                on the 14 sparse decode rows, its tests, then compare.py's
@@ -68,6 +69,14 @@ build() {
   fi
 }
 
+# The gather floor (scripts/profile/gather_floor.cu: the named rows read with nothing else to do,
+# ~1 min with its build) into $OUT.
+gather_floor() {
+  /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/gather_floor scripts/profile/gather_floor.cu &&
+    timeout 100 /tmp/gather_floor 128 2048 > "$OUT/gather_floor.txt" 2>&1
+  grep -E "floor|SMs" "$OUT/gather_floor.txt"
+}
+
 # The narrow form's rows of the default sweep (h_q 16 and 32).
 narrow_rows="sparse-decode --layout v32 --b 128 --s-q 1 --h-q 16 --s-k 32768 --page 64 --topk 2048
 sparse-decode --layout v32 --b 16 --s-q 1 --h-q 16 --s-k 32768 --page 64 --topk 2048
@@ -84,9 +93,7 @@ case "${1:-}" in
         OUT=${OUT:-$PWD/gpu-out}
         mkdir -p "$OUT"
         bash scripts/carry_pack.sh --unpack
-        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/gather_floor scripts/profile/gather_floor.cu &&
-          timeout 100 /tmp/gather_floor 128 2048 > "$OUT/gather_floor.txt" 2>&1
-        grep -E "floor|SMs" "$OUT/gather_floor.txt"
+        gather_floor
         # Benches only (gpu_variants.sh would run any test binary beside them): the wide form on the
         # 14 sparse decode rows, the narrow forms on the narrow rows.
         rm -rf .deps/survey_wide .deps/survey_narrow && mkdir -p .deps/survey_wide .deps/survey_narrow
@@ -101,14 +108,11 @@ case "${1:-}" in
         grep -F "|" "$OUT/plan_time.txt" | cut -c1-160
         (cd "$OUT" && tar czf /tmp/out.tgz . && find . -mindepth 1 -delete && mv /tmp/out.tgz .) ;;
       wide)
-        # The gather floor first (scripts/profile/gather_floor.cu: the named rows read with nothing
-        # else to do; ~1 min with its build), then the variants and compare.py in what is left.
+        # The gather floor first, then the variants and compare.py in what is left.
         OUT=${OUT:-$PWD/gpu-out}
         mkdir -p "$OUT"
         floor_start=$SECONDS
-        /usr/local/cuda/bin/nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/gather_floor scripts/profile/gather_floor.cu &&
-          timeout 100 /tmp/gather_floor 128 2048 > "$OUT/gather_floor.txt" 2>&1
-        grep -E "floor|SMs" "$OUT/gather_floor.txt"
+        gather_floor
         LIMIT=$((${CALL_LIMIT:-530} - (SECONDS - floor_start))) HMLA_AB_REPS=2 HMLA_AB_TIMEOUT=130 HMLA_VARIANT_TEST_TIMEOUT=70 VARIANTS=.deps/wide \
           PATCH=$v/sparse_wide_l1_prefetch_indices_first.patch COMPARE=sparse_decode bash scripts/gpu_call.sh ;;
       plan)
